@@ -1,0 +1,127 @@
+"""`draftwise.generate`: argument checks with clear errors, then the engine."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from .drafters.base import Drafter, build_drafter
+from .engine import DraftScheduler, StopChecker, StreamCallback, decode
+from .sampling import check_sampling_params
+from .target import ModelRunner, load_causal_lm, load_tokenizer
+from .types import GenerationResult
+
+
+class TargetModel(ModelRunner):
+    """The model whose output speculative decoding must reproduce, with its tokenizer."""
+
+
+def load_target(target, tokenizer=None, dtype="float32") -> TargetModel:
+    """A local path, a loaded PreTrainedModel, or an existing TargetModel (returned as is)."""
+    if isinstance(target, TargetModel):
+        if tokenizer is not None:
+            target.tokenizer = tokenizer
+        return target
+    if isinstance(target, PreTrainedModel):
+        model = target
+    elif isinstance(target, str) or hasattr(target, "__fspath__"):
+        model = load_causal_lm(target, dtype=dtype)
+        if tokenizer is None:
+            try:
+                tokenizer = load_tokenizer(target)
+            except ValueError:
+                tokenizer = None
+    else:
+        raise TypeError(f"target must be a local path, a PreTrainedModel or a TargetModel, not {type(target).__name__}")
+    if isinstance(tokenizer, str):
+        tokenizer = load_tokenizer(tokenizer)
+    return TargetModel(model, tokenizer)
+
+
+def _encode_prompts(prompts, tokenizer) -> list[list[int]]:
+    if isinstance(prompts, str):
+        prompts = [prompts]
+    if not isinstance(prompts, Sequence) or len(prompts) == 0:
+        raise ValueError("prompts must be a string, a non-empty list of strings, or a non-empty list of token-id lists")
+    out = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, str):
+            if tokenizer is None:
+                raise ValueError("text prompts need a tokenizer: pass tokenizer=… or give token-id lists")
+            ids = tokenizer(p, add_special_tokens=True)["input_ids"]
+        elif isinstance(p, torch.Tensor):
+            ids = p.flatten().tolist()
+        else:
+            ids = [int(t) for t in p]
+        if len(ids) == 0:
+            raise ValueError(f"prompt {i} is empty (no tokens); give at least one token or non-empty text")
+        out.append(ids)
+    return out
+
+
+def _eos_ids(target: ModelRunner) -> set[int]:
+    ids: set[int] = set()
+    gen = getattr(target.model, "generation_config", None)
+    for src in (getattr(gen, "eos_token_id", None), getattr(target.tokenizer, "eos_token_id", None)):
+        if isinstance(src, int):
+            ids.add(src)
+        elif src is not None:
+            ids.update(int(x) for x in src)
+    return ids
+
+
+def generate(
+    target,
+    prompts,
+    drafter=None,
+    num_draft_tokens: int = 4,
+    max_new_tokens: int = 128,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    tokenizer=None,
+    stop: str | list[str] | None = None,
+    stream: StreamCallback | None = None,
+    scheduler: DraftScheduler | None = None,
+    ignore_eos: bool = False,
+    dtype="float32",
+) -> GenerationResult:
+    """Decode a batch of prompts with speculative decoding (or plain decoding when drafter=None).
+
+    Greedy output is token-for-token the target's own greedy output; sampled output follows the
+    target's processed distribution exactly. Returns one GenerationOutput per prompt, with `.stats`.
+    """
+    params = check_sampling_params(temperature, top_k, top_p)
+    if int(num_draft_tokens) != num_draft_tokens or num_draft_tokens < 0:
+        raise ValueError(f"num_draft_tokens (D) must be an integer ≥ 0, got {num_draft_tokens}")
+    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer ≥ 1, got {max_new_tokens}")
+    tgt = load_target(target, tokenizer=tokenizer, dtype=dtype)
+    ids = _encode_prompts(prompts, tgt.tokenizer)
+    if tgt.max_positions is not None:
+        for i, p in enumerate(ids):
+            if len(p) + max_new_tokens > tgt.max_positions:
+                raise ValueError(
+                    f"prompt {i} has {len(p)} tokens; with max_new_tokens={max_new_tokens} it needs "
+                    f"{len(p) + max_new_tokens} positions but the target has {tgt.max_positions}; "
+                    "shorten the prompt or lower max_new_tokens")
+    for i, p in enumerate(ids):
+        if max(p) >= tgt.vocab_size or min(p) < 0:
+            raise ValueError(f"prompt {i} holds token id {max(p)} outside the target's vocabulary of {tgt.vocab_size}")
+    draft = build_drafter(drafter, tgt) if not isinstance(drafter, Drafter) else drafter
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    stopper = StopChecker(set() if ignore_eos else _eos_ids(tgt), stops, int(max_new_tokens), tgt.tokenizer)
+    generator = None
+    if seed is not None:
+        generator = torch.Generator(device=tgt.device).manual_seed(int(seed))
+    result = decode(tgt, draft, ids, params, int(num_draft_tokens), stopper, generator, stream, scheduler)
+    if tgt.tokenizer is not None:
+        for out in result:
+            out.text = tgt.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+            if out.finish_reason == "stop":
+                cut = min((out.text.find(s) for s in stops if s in out.text), default=-1)
+                if cut >= 0:
+                    out.text = out.text[:cut]
+    return result

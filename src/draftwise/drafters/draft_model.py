@@ -1,0 +1,108 @@
+"""A standalone small causal LM with the target's tokenizer, run autoregressively D steps."""
+from __future__ import annotations
+
+import torch
+
+from ..sampling import process_logits, sample
+from ..target import ModelRunner, load_causal_lm, load_tokenizer
+from ..types import Proposal
+from .base import DraftContext, Drafter, register
+
+
+def check_same_vocabulary(target_tok, draft_tok, draft_name: str) -> None:
+    """Same token → id map; extra padding rows in either embedding matrix are fine."""
+    if target_tok is None or draft_tok is None:
+        return
+    if target_tok.get_vocab() != draft_tok.get_vocab():
+        t, d = target_tok.get_vocab(), draft_tok.get_vocab()
+        diff = sorted(set(t.items()) ^ set(d.items()), key=lambda kv: kv[1])[:3]
+        raise ValueError(
+            f"draft model {draft_name} uses a different tokenizer than the target (vocab sizes {len(t)} vs {len(d)}; "
+            f"first differences: {diff}); speculative decoding needs the same token ids — pick a draft model "
+            "from the target's family or train one with the target's tokenizer")
+
+
+class DraftModelDrafter(Drafter):
+    name = "draft-model"
+
+    def __init__(self, model, target_vocab: int):
+        self.runner = ModelRunner(model)
+        self.target_vocab = target_vocab
+
+    def start(self, ctx: DraftContext) -> None:
+        self.runner.reset(ctx.batch_size)
+
+    def _distribution(self, logits: torch.Tensor, ctx: DraftContext) -> torch.Tensor:
+        V = self.target_vocab
+        if logits.shape[-1] >= V:
+            logits = logits[..., :V]
+        else:  # the draft's vocabulary is the target's minus padding rows: those get zero probability
+            logits = torch.nn.functional.pad(logits, (0, V - logits.shape[-1]), value=float("-inf"))
+        return process_logits(logits, ctx.params)
+
+    def _next(self, logits: torch.Tensor, ctx: DraftContext):
+        if ctx.params.greedy:
+            V = min(self.target_vocab, logits.shape[-1])
+            return logits[..., :V].argmax(-1), None
+        q = self._distribution(logits, ctx)
+        return sample(q, ctx.generator), q
+
+    @torch.inference_mode()
+    def propose(self, ctx: DraftContext, max_tokens: torch.Tensor) -> Proposal:
+        r = self.runner
+        dev = r.device
+        B = ctx.batch_size
+        # feed what the target committed since our last proposal (kept drafts are already cached)
+        pending = [seq[n:] for seq, n in zip(ctx.sequences, r.seq_lens.tolist())]
+        width = max(len(p) for p in pending)
+        toks = torch.zeros(B, width, dtype=torch.long, device=dev)
+        for i, p in enumerate(pending):
+            toks[i, : len(p)] = torch.tensor(p, dtype=torch.long)
+        lengths = torch.tensor([len(p) for p in pending], device=dev)
+        logits, _ = r.forward(toks, lengths)
+        last = logits[torch.arange(B, device=dev), (lengths - 1).clamp_min(0)]
+        k = int(max_tokens.max()) if B else 0
+        tokens = torch.zeros(B, k, dtype=torch.long, device=dev)
+        probs = None if ctx.params.greedy else torch.zeros(B, k, self.target_vocab, device=dev)
+        r.mark()
+        for j in range(k):
+            tok, q = self._next(last, ctx)
+            tokens[:, j] = tok
+            if q is not None:
+                probs[:, j] = q
+            if j + 1 < k:
+                feed = (max_tokens > j + 1).long()  # rows still drafting
+                logits, _ = r.forward(tok[:, None], feed)
+                last = logits[:, 0]
+        self._fed = (max_tokens - 1).clamp_min(0)
+        return Proposal(tokens=tokens, num_tokens=max_tokens.clone(), probs=probs)
+
+    def accepted(self, num_accepted: torch.Tensor) -> None:
+        self.runner.rollback(torch.minimum(num_accepted, self._fed))
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self.runner.select_rows(rows)
+
+
+@register("draft-model")
+def _factory(arg, target, dtype=None, **options):
+    from transformers import PreTrainedModel
+
+    if isinstance(arg, PreTrainedModel):
+        model, tok, name = arg, None, type(arg).__name__
+    else:
+        if not arg:
+            raise ValueError("draft-model needs a path: 'draft-model:PATH'")
+        model = load_causal_lm(arg, dtype=dtype or target.dtype)
+        try:
+            tok = load_tokenizer(arg)
+        except ValueError:
+            tok = None  # no tokenizer files beside the weights: fall back to the vocabulary size check
+        name = repr(arg)
+    check_same_vocabulary(target.tokenizer, tok, name)
+    draft_vocab = model.get_output_embeddings().weight.shape[0]
+    tok_len = len(target.tokenizer) if target.tokenizer is not None else None
+    if tok is None and tok_len is not None and draft_vocab < tok_len:
+        raise ValueError(f"draft model {name} has {draft_vocab} output rows but the target's tokenizer has "
+                         f"{tok_len} tokens; the models do not share a vocabulary")
+    return DraftModelDrafter(model, target.vocab_size)

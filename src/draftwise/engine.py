@@ -1,0 +1,171 @@
+"""The batched decoding loop: draft → verify in one target forward → roll back → emit.
+
+Plain decoding is the same loop with no drafter (D = 0), so baselines pay the same overheads.
+Each row keeps its own number of accepted tokens; finished rows leave the batch.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .drafters.base import DraftContext, Drafter
+from .target import ModelRunner
+from .types import GenerationOutput, GenerationResult, GenerationStats, Proposal, SamplingParams, StepRecord
+from .verify import verify
+
+StreamCallback = Callable[[int, list[int]], None]
+DraftScheduler = Callable[[Proposal], torch.Tensor]  # → how many drafts each row gets verified
+
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    out: list[int]
+    accept_lengths: list[int]
+    num_drafted: list[int]
+    token_times: list[float]
+    finish_reason: str | None = None
+
+
+class StopChecker:
+    """EOS ids, stop strings and the token budget; cuts a step's tokens where the request ends."""
+
+    def __init__(self, eos_ids: set[int], stop: list[str], max_new_tokens: int, tokenizer):
+        if stop and tokenizer is None:
+            raise ValueError("stop strings need a tokenizer to decode the output; pass tokenizer=…")
+        self.eos_ids, self.stop, self.max_new, self.tok = eos_ids, stop, max_new_tokens, tokenizer
+        self._tail = max((len(s) for s in stop), default=0) + 16
+
+    def cut(self, req: _Request, new: list[int]) -> list[int]:
+        """Append as much of `new` as the request takes; set finish_reason when it ends."""
+        taken = []
+        for t in new:
+            taken.append(t)
+            req.out.append(t)
+            if t in self.eos_ids:
+                req.finish_reason = "eos"
+            elif self.stop and self._hits_stop(req.out):
+                req.finish_reason = "stop"
+            elif len(req.out) >= self.max_new:
+                req.finish_reason = "length"
+            if req.finish_reason:
+                break
+        return taken
+
+    def _hits_stop(self, out: list[int]) -> bool:
+        tail = self.tok.decode(out[-self._tail:], skip_special_tokens=False)
+        return any(s in tail for s in self.stop)
+
+
+def decode(
+    target: ModelRunner,
+    drafter: Drafter | None,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    num_draft_tokens: int,
+    stopper: StopChecker,
+    generator: torch.Generator | None = None,
+    stream: StreamCallback | None = None,
+    scheduler: DraftScheduler | None = None,
+) -> GenerationResult:
+    dev = target.device
+    t_start = time.perf_counter()
+    now = lambda: time.perf_counter() - t_start  # noqa: E731
+    B = len(prompts)
+    reqs = [_Request(list(p), [], [], [], []) for p in prompts]
+    stats = GenerationStats()
+    hidden_layers = drafter.hidden_layers if drafter is not None else ()
+
+    # Prefill all but the last prompt token; the loop then starts with that token pending, so the
+    # first step already speculates and every generated token comes out of a verification step.
+    target.reset(B)
+    lengths = torch.tensor([len(p) - 1 for p in prompts], device=dev)
+    hidden = {}
+    if int(lengths.max()) > 0:
+        tokens = torch.zeros(B, int(lengths.max()), dtype=torch.long, device=dev)
+        for i, p in enumerate(prompts):
+            tokens[i, : len(p) - 1] = torch.tensor(p[:-1], dtype=torch.long)
+        _, hidden = target.forward(tokens, lengths, hidden_layers)
+    stats.t_prefill = now()
+    active = list(range(B))
+    ctx = DraftContext(sequences=[list(p) for p in prompts], params=params, generator=generator,
+                       hidden=hidden, num_hidden=lengths)
+    if drafter is not None:
+        drafter.start(ctx)
+
+    while active:
+        t0 = time.perf_counter()
+        n = len(active)
+        budget = torch.tensor([stopper.max_new - len(reqs[i].out) - 1 for i in active], device=dev)
+        caps = budget.clamp(min=0, max=num_draft_tokens)
+        if drafter is not None and num_draft_tokens > 0:
+            prop = drafter.propose(ctx, caps)
+            if scheduler is not None:
+                prop.num_tokens = torch.minimum(prop.num_tokens, scheduler(prop))
+            prop.num_tokens = torch.minimum(prop.num_tokens, caps)
+        else:
+            prop = Proposal.empty(n, dev)
+        t1 = time.perf_counter()
+
+        k = prop.num_tokens
+        width = int(k.max()) if n else 0
+        drafts = prop.tokens[:, :width]
+        pending = torch.tensor([ctx.sequences[j][-1] for j in range(n)], device=dev)
+        target.mark()
+        logits, hidden = target.forward(torch.cat([pending[:, None], drafts], 1), k + 1, hidden_layers)
+        t2 = time.perf_counter()
+        probs = prop.probs[:, :width] if prop.probs is not None else None
+        num_acc, nxt = verify(logits, drafts, k, probs, params, generator)
+        t3 = time.perf_counter()
+        target.rollback(num_acc + 1)
+        t4 = time.perf_counter()
+        if drafter is not None and num_draft_tokens > 0:
+            drafter.accepted(num_acc)
+        t5 = time.perf_counter()
+
+        stamp = now()
+        acc_l, nxt_l, drafts_l, k_l = num_acc.tolist(), nxt.tolist(), drafts.tolist(), k.tolist()
+        emitted = []
+        for j, i in enumerate(active):
+            new = drafts_l[j][: acc_l[j]] + [nxt_l[j]]
+            taken = stopper.cut(reqs[i], new)
+            reqs[i].accept_lengths.append(acc_l[j] + 1)
+            reqs[i].num_drafted.append(k_l[j])
+            reqs[i].token_times.extend([stamp] * len(taken))
+            ctx.sequences[j].extend(new)  # the drafter continues after the full step
+            emitted.append(acc_l[j] + 1)
+            if stream:
+                stream(i, taken)
+        ctx.hidden, ctx.num_hidden = hidden, num_acc + 1
+        stats.steps.append(StepRecord(
+            emitted=emitted, drafted=k_l, rows=list(active),
+            t_target=(t2 - t1) + (t4 - t3), t_drafter=(t1 - t0) + (t5 - t4), t_other=0.0, t_end=stamp))
+        active, ctx = _drop_finished(reqs, active, ctx, target, drafter)
+        stats.steps[-1].t_other = (time.perf_counter() - t0) - stats.steps[-1].t_target - stats.steps[-1].t_drafter
+
+    stats.t_total = now()
+    if drafter is not None:
+        drafter.finish([r.prompt + r.out for r in reqs], [len(r.prompt) for r in reqs])
+    result = GenerationResult(
+        GenerationOutput(prompt_token_ids=r.prompt, token_ids=r.out, text="", accept_lengths=r.accept_lengths,
+                         num_drafted=r.num_drafted, token_times=r.token_times, finish_reason=r.finish_reason or "length")
+        for r in reqs)
+    result.stats = stats
+    return result
+
+
+def _drop_finished(reqs, active, ctx, target, drafter):
+    keep = [j for j, i in enumerate(active) if reqs[i].finish_reason is None]
+    if len(keep) == len(active):
+        return active, ctx
+    rows = torch.tensor(keep, dtype=torch.long, device=target.device)
+    target.select_rows(rows)
+    if drafter is not None:
+        drafter.select_rows(rows)
+    ctx.sequences = [ctx.sequences[j] for j in keep]
+    ctx.hidden = {layer: h.index_select(0, rows) for layer, h in ctx.hidden.items()}
+    ctx.num_hidden = ctx.num_hidden.index_select(0, rows) if ctx.num_hidden is not None else None
+    return [active[j] for j in keep], ctx
