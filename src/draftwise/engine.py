@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 
 from .drafters.base import DraftContext, Drafter
-from .target import ModelRunner
+from .target import ModelRunner, pad_rows
 from .types import GenerationOutput, GenerationResult, GenerationStats, Proposal, SamplingParams, StepRecord
 from .verify import verify
 
@@ -82,12 +82,9 @@ def decode(
     # Prefill all but the last prompt token; the loop then starts with that token pending, so the
     # first step already speculates and every generated token comes out of a verification step.
     target.reset(B)
-    lengths = torch.tensor([len(p) - 1 for p in prompts], device=dev)
+    tokens, lengths = pad_rows([p[:-1] for p in prompts], dev)
     hidden = {}
-    if int(lengths.max()) > 0:
-        tokens = torch.zeros(B, int(lengths.max()), dtype=torch.long, device=dev)
-        for i, p in enumerate(prompts):
-            tokens[i, : len(p) - 1] = torch.tensor(p[:-1], dtype=torch.long)
+    if tokens.shape[1] > 0:
         _, hidden = target.forward(tokens, lengths, hidden_layers)
     stats.t_prefill = now()
     active = list(range(B))

@@ -57,6 +57,15 @@ def load_tokenizer(path: str | os.PathLike):
         raise ValueError(f"no tokenizer found in {str(path)!r} ({exc}); pass tokenizer=…") from exc
 
 
+def pad_rows(rows: list[list[int]], device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded [B, W] tensor and lengths [B] from ragged token lists (one tensor build)."""
+    lengths = [len(r) for r in rows]
+    width = max(lengths, default=0)
+    padded = [r + [0] * (width - n) for r, n in zip(rows, lengths)]
+    tokens = torch.tensor(padded, dtype=torch.long, device=device).reshape(len(rows), width)
+    return tokens, torch.tensor(lengths, dtype=torch.long, device=device)
+
+
 class ModelRunner:
     """Drives one model over a ragged batch. Holes in the attention cache are hidden by `valid`."""
 

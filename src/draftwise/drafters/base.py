@@ -12,6 +12,7 @@ from typing import Callable
 
 import torch
 
+from ..target import pad_rows
 from ..types import Proposal, SamplingParams
 
 
@@ -63,12 +64,7 @@ class Drafter:
 
 def pad_proposals(rows: list[list[int]], device="cpu") -> Proposal:
     """A deterministic Proposal from per-row token lists."""
-    width = max((len(r) for r in rows), default=0)
-    tokens = torch.zeros(len(rows), width, dtype=torch.long, device=device)
-    for i, r in enumerate(rows):
-        if r:
-            tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-    num = torch.tensor([len(r) for r in rows], dtype=torch.long, device=device)
+    tokens, num = pad_rows(rows, device)
     return Proposal(tokens=tokens, num_tokens=num)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..sampling import process_logits, sample
-from ..target import ModelRunner, load_causal_lm, load_tokenizer
+from ..target import ModelRunner, load_causal_lm, load_tokenizer, pad_rows
 from ..types import Proposal
 from .base import DraftContext, Drafter, register
 
@@ -53,12 +53,7 @@ class DraftModelDrafter(Drafter):
         dev = r.device
         B = ctx.batch_size
         # feed what the target committed since our last proposal (kept drafts are already cached)
-        pending = [seq[n:] for seq, n in zip(ctx.sequences, r.seq_lens.tolist())]
-        width = max(len(p) for p in pending)
-        toks = torch.zeros(B, width, dtype=torch.long, device=dev)
-        for i, p in enumerate(pending):
-            toks[i, : len(p)] = torch.tensor(p, dtype=torch.long)
-        lengths = torch.tensor([len(p) for p in pending], device=dev)
+        toks, lengths = pad_rows([seq[n:] for seq, n in zip(ctx.sequences, r.seq_lens.tolist())], dev)
         logits, _ = r.forward(toks, lengths)
         last = logits[torch.arange(B, device=dev), (lengths - 1).clamp_min(0)]
         k = int(max_tokens.max()) if B else 0
