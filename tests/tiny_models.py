@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 import transformers as T
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 VOCAB = 128
 COMMON = dict(vocab_size=VOCAB, initializer_range=0.1, tie_word_embeddings=False, max_position_embeddings=512)
@@ -53,3 +54,31 @@ def noisy_copy(model, scale: float = 0.1, seed: int = 1):
         for p in draft.parameters():
             p.add_(torch.randn(p.shape, generator=g) * p.std().nan_to_num(0.0) * scale)
     return draft
+
+
+TEXT = ("def add(a, b):\n    return a + b\n" * 20 + "In the beginning was the word, and the word was with God.\n" * 20
+        + "To be, or not to be, that is the question.\n" * 20)
+
+
+def make_tokenizer(vocab_size, extra=""):
+    """A byte-level BPE trained on a few lines of code, scripture and Shakespeare."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([TEXT + extra], trainer)
+    return T.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+
+
+def save_model(tmp_path, name, vocab, tokenizer=None, seed=0, max_positions=64):
+    """A tiny Llama folder (config + safetensors [+ tokenizer]) as a user would have on disk."""
+    torch.manual_seed(seed)
+    cfg = T.LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        num_key_value_heads=1, intermediate_size=64, initializer_range=0.1,
+                        tie_word_embeddings=False, max_position_embeddings=max_positions)
+    path = tmp_path / name
+    T.LlamaForCausalLM(cfg).save_pretrained(path)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(path)
+    return path

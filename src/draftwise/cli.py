@@ -9,7 +9,8 @@ import sys
 # with `set_defaults(func=...)`. Importing lazily keeps `draftwise --help` fast.
 _COMMANDS = [
     ("draftwise.commands", "add_cli"),        # generate
-    ("draftwise.zoo.build", "add_cli"),       # zoo build / demo
+    ("draftwise.zoo.build", "add_cli"),       # zoo build
+    ("draftwise.zoo.demo", "add_cli"),        # demo
     ("draftwise.train.cli", "add_cli"),       # train {eagle3,mtp,dflash,dspark}
     ("draftwise.bench.cli", "add_cli"),       # bench, serve
     ("draftwise.planner.cli", "add_cli"),     # plan, profile

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 
 from . import cache as kv
@@ -44,9 +45,9 @@ def load_causal_lm(path: str | os.PathLike, dtype="float32", trust_remote_code: 
             raise ValueError(f"{str(path)!r} holds a {type(config).__name__} ({config.model_type}), which is not a "
                              "causal language model; pass a decoder-only LM (AutoModelForCausalLM)") from exc
         raise
-    except OSError as exc:
-        raise ValueError(f"could not load weights from {str(path)!r}: {exc}. Expected model.safetensors "
-                         "(pickle checkpoints are refused for safety)") from exc
+    except (OSError, SafetensorError) as exc:
+        raise ValueError(f"could not load weights from {str(path)!r}: {exc}. The checkpoint is missing or corrupt: "
+                         "re-save or re-download model.safetensors (pickle checkpoints are refused)") from exc
     return model.eval()
 
 
