@@ -82,3 +82,14 @@ def test_bf16_runs_and_reports_agreement():
     out = draftwise.generate(model, PROMPTS, drafter=noisy_copy(model, 0.05), num_draft_tokens=3,
                              max_new_tokens=12)
     assert all(len(o.token_ids) == 12 for o in out)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3_next"])
+@pytest.mark.parametrize("drafter", ["ngram", "draft-model"])
+def test_greedy_exact_with_adaptive_draft_length(arch, drafter):
+    """Run-time adaptive D only reads the drafts, so greedy output stays the target's own."""
+    model, draft, refs = setup(arch)
+    out = draftwise.generate(model, PROMPTS, drafter=drafter_for(drafter, draft), num_draft_tokens=8,
+                             max_new_tokens=N_NEW, adaptive=True)
+    for o, ref in zip(out, refs):
+        assert o.token_ids == ref

@@ -71,6 +71,20 @@ def _eos_ids(target: ModelRunner) -> set[int]:
     return ids
 
 
+def _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens):
+    from .planner.adaptive import AdaptiveDraftLength, measure_sps_curve
+
+    if not isinstance(adaptive, bool):
+        return adaptive
+    # Steps/s as a function of the verified tokens N = Σ(1 + ℓ_r), measured once per target, batch
+    # size and context before decoding starts (measuring mid-run would clobber the cache).
+    key = (len(ids), int(sum(len(p) for p in ids) / len(ids)), int(num_draft_tokens))
+    curves = tgt.__dict__.setdefault("_sps_curves", {})
+    if key not in curves:
+        curves[key] = measure_sps_curve(tgt, key[0], key[1], max_tokens=key[2])
+    return AdaptiveDraftLength(curves[key])
+
+
 def generate(
     target,
     prompts,
@@ -85,6 +99,7 @@ def generate(
     stop: str | list[str] | None = None,
     stream: StreamCallback | None = None,
     scheduler: DraftScheduler | None = None,
+    adaptive=False,
     ignore_eos: bool = False,
     dtype="float32",
 ) -> GenerationResult:
@@ -92,6 +107,11 @@ def generate(
 
     Greedy output is token-for-token the target's own greedy output; sampled output follows the
     target's processed distribution exactly. Returns one GenerationOutput per prompt, with `.stats`.
+
+    adaptive: run-time D per row and step (DSpark's prefix scheduler) from the drafter's confidences
+    and the target's steps/s curve — True measures that curve on this machine once per batch size,
+    or pass a `draftwise.planner.adaptive.AdaptiveDraftLength` (e.g. from a `draftwise profile` file).
+    It only reads the drafts, never the target's verdict, so output stays lossless.
     """
     params = check_sampling_params(temperature, top_k, top_p)
     if int(num_draft_tokens) != num_draft_tokens or num_draft_tokens < 0:
@@ -113,6 +133,8 @@ def generate(
     draft = build_drafter(drafter, tgt) if not isinstance(drafter, Drafter) else drafter
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     stopper = StopChecker(set() if ignore_eos else _eos_ids(tgt), stops, int(max_new_tokens), tgt.tokenizer)
+    if adaptive:
+        scheduler = _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens)
     generator = None
     if seed is not None:
         generator = torch.Generator(device=tgt.device).manual_seed(int(seed))

@@ -59,18 +59,22 @@ class DraftModelDrafter(Drafter):
         k = int(max_tokens.max()) if B else 0
         tokens = torch.zeros(B, k, dtype=torch.long, device=dev)
         probs = None if ctx.params.greedy else torch.zeros(B, k, self.target_vocab, device=dev)
+        conf = torch.zeros(B, k, device=dev)  # the draft's own probability of each drafted token
         r.mark()
         for j in range(k):
             tok, q = self._next(last, ctx)
             tokens[:, j] = tok
             if q is not None:
                 probs[:, j] = q
+                conf[:, j] = q.gather(-1, tok[:, None]).squeeze(-1)
+            else:
+                conf[:, j] = last.softmax(-1).gather(-1, tok[:, None]).squeeze(-1)
             if j + 1 < k:
                 feed = (max_tokens > j + 1).long()  # rows still drafting
                 logits, _ = r.forward(tok[:, None], feed)
                 last = logits[:, 0]
         self._fed = (max_tokens - 1).clamp_min(0)
-        return Proposal(tokens=tokens, num_tokens=max_tokens.clone(), probs=probs)
+        return Proposal(tokens=tokens, num_tokens=max_tokens.clone(), probs=probs, confidence=conf)
 
     def accepted(self, num_accepted: torch.Tensor) -> None:
         self.runner.rollback(torch.minimum(num_accepted, self._fed))
