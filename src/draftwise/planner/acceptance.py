@@ -1,0 +1,203 @@
+"""Per-position conditional acceptance α_k and the expected tokens per step it implies.
+
+α_k = P(draft position k accepted | positions < k accepted), k = 1, 2, …; with acceptance lengths
+L (tokens emitted per step, bonus included) it is P(L ≥ k + 1 | L ≥ k).
+E[τ](D) = 1 + Σ_{k≤D} Π_{i≤k} α_i; drafting token D + 1 gains exactly a_{D+1} = Π_{i≤D+1} α_i.
+
+Sources:
+- a constant α (`Acceptance.constant(0.8)`),
+- a plain JSON `{"drafter": {"conditional": [α_1, α_2, …]}, …}` (optionally
+  `"categories": {"code": [α_1, …], …}` per drafter),
+- a benchmark run: a directory holding `specbench_results.json` (or that file) with specdec_bench's
+  keys: `Conditional_Acceptance_Rate` {k: P(L ≥ k | L ≥ k − 1)} where k = 1 is 1.0 and key k is draft
+  position k − 1, optionally per category, and `Category_AL` {category: mean acceptance length}.
+  Results may be keyed by drafter at any depth; each `Conditional_Acceptance_Rate` found is used
+  with the nearest enclosing key that names a drafter (or "default").
+
+Beyond the last measured position α is extrapolated as the mean of the last two measured values
+(conditional acceptance typically levels off), unless `extrapolate="zero"`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from .model import DRAFTER_KINDS
+
+
+@dataclass
+class Acceptance:
+    conditional: list[float]                     # α_1, α_2, … (draft positions 1 …)
+    name: str = "constant"
+    categories: dict[str, list[float]] = field(default_factory=dict)
+    constant_alpha: Optional[float] = None
+    extrapolate: str = "tail"                    # "tail" | "zero"
+    source: str = ""
+
+    @staticmethod
+    def constant(alpha: float, name: str = "constant") -> "Acceptance":
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+        return Acceptance([alpha], name=name, constant_alpha=float(alpha), source=f"constant α = {alpha}")
+
+    def alpha(self, k: int) -> float:
+        """α_k for draft position k ≥ 1."""
+        if self.constant_alpha is not None:
+            return self.constant_alpha
+        if k <= len(self.conditional):
+            return self.conditional[k - 1]
+        if self.extrapolate == "zero" or not self.conditional:
+            return 0.0
+        tail = self.conditional[-2:]
+        return sum(tail) / len(tail)
+
+    def survival(self, k: int) -> float:
+        """a_k = Π_{i≤k} α_i: probability draft position k is accepted."""
+        p = 1.0
+        for i in range(1, k + 1):
+            p *= self.alpha(i)
+        return p
+
+    def expected_tokens(self, D: int) -> float:
+        """E[τ](D) = 1 + Σ_{k≤D} Π_{i≤k} α_i (bonus token included)."""
+        if self.constant_alpha is not None:
+            return leviathan_expected_tokens(self.constant_alpha, D)
+        total, p = 1.0, 1.0
+        for k in range(1, D + 1):
+            p *= self.alpha(k)
+            total += p
+        return total
+
+    def for_category(self, category: Optional[str]) -> "Acceptance":
+        if not category:
+            return self
+        if category not in self.categories:
+            raise ValueError(f"no category {category!r} for {self.name}; have {sorted(self.categories)}")
+        return Acceptance(list(self.categories[category]), name=self.name, extrapolate=self.extrapolate,
+                          source=f"{self.source} [{category}]")
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "conditional": self.conditional, "constant_alpha": self.constant_alpha,
+                "categories": self.categories, "source": self.source}
+
+
+def leviathan_expected_tokens(alpha: float, D: int) -> float:
+    """(1 − α^{D+1}) / (1 − α); D + 1 when α = 1."""
+    if alpha >= 1.0:
+        return float(D + 1)
+    return (1.0 - alpha ** (D + 1)) / (1.0 - alpha)
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+def _cond_from_specbench(v: Any) -> list[float]:
+    """specdec_bench's {k: P(L ≥ k | L ≥ k−1)} (k = 1 is 1.0, key k = draft position k−1) →
+    [α_1, α_2, …]. A list is taken as already [α_1, …] unless its first entry is exactly 1.0 and
+    more follow (then it is the specdec_bench layout)."""
+    if isinstance(v, dict):
+        items = sorted((int(k), float(x)) for k, x in v.items() if x is not None)
+        return [x for k, x in items if k >= 2]
+    vals = [float(x) for x in v]
+    if len(vals) > 1 and vals[0] == 1.0:
+        return vals[1:]
+    return vals
+
+
+def _match_al(cond: list[float], al: float) -> list[float]:
+    """Scale α by one factor so E[τ](len(cond)) equals a measured mean acceptance length."""
+    D = len(cond)
+    acc = Acceptance(cond, name="x", extrapolate="zero")
+    if D == 0 or al <= 1.0:
+        return [0.0] * D
+    if al >= D + 1:
+        return [1.0] * D
+    lo, hi = 0.0, max(1.0 / max(min(cond), 1e-6), 1.0) if cond else 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        e = Acceptance([min(1.0, mid * a) for a in cond], extrapolate="zero").expected_tokens(D)
+        lo, hi = (mid, hi) if e < al else (lo, mid)
+    s = (lo + hi) / 2
+    return [min(1.0, s * a) for a in cond]
+
+
+def _drafter_name(path: list[str]) -> str:
+    for key in reversed(path):
+        k = key.lower().replace("-", "_")
+        for kind in DRAFTER_KINDS:
+            if kind in k:
+                return key
+        if k in ("eagle", "pld", "nextn", "draft"):
+            return key
+    # the nearest key that is not a metrics-section name
+    skip = {"results", "metrics", "overall", "summary", "all", "specbench", "per_drafter"}
+    for key in reversed(path):
+        if key.lower() not in skip and not key.lower().startswith(("category", "conditional")):
+            return key
+    return "default"
+
+
+def load_acceptance(source: Any, *, category: Optional[str] = None) -> dict[str, Acceptance]:
+    """{drafter name: Acceptance} from a bench run directory, a specbench_results.json or a plain
+    JSON (see module docstring), or a dict of the same."""
+    if isinstance(source, dict):
+        data, src = source, "dict"
+    else:
+        p = Path(str(source))
+        if p.is_dir():
+            cands = [p / "specbench_results.json"] + sorted(p.glob("**/specbench_results.json"))
+            cands = [c for c in cands if c.is_file()]
+            if not cands:
+                raise FileNotFoundError(f"no specbench_results.json under {p}")
+            out: dict[str, Acceptance] = {}
+            for c in cands:
+                for k, v in load_acceptance(c, category=category).items():
+                    name = k if k != "default" else (c.parent.name if c.parent != p else k)
+                    out.setdefault(name, v)
+            return out
+        if not p.is_file():
+            raise FileNotFoundError(f"no acceptance file {p}")
+        data, src = json.loads(p.read_text()), str(p)
+
+    found: dict[str, Acceptance] = {}
+
+    def walk(node: Any, path: list[str]) -> None:
+        if not isinstance(node, dict):
+            return
+        if isinstance(node.get("conditional"), (list, dict)):       # plain format
+            name = path[-1] if path else "default"
+            cats = {c: _cond_from_specbench(v) if isinstance(v, dict) else [float(x) for x in v]
+                    for c, v in (node.get("categories") or {}).items()}
+            cond = node["conditional"]
+            cond = _cond_from_specbench(cond) if isinstance(cond, dict) else [float(x) for x in cond]
+            found[name] = Acceptance(cond, name=name, categories=cats, source=src)
+        if "Conditional_Acceptance_Rate" in node:                   # specdec_bench format
+            name = _drafter_name(path)
+            cond = _cond_from_specbench(node["Conditional_Acceptance_Rate"])
+            cats: dict[str, list[float]] = {}
+            for key in ("Category_Conditional_Acceptance_Rate", "Category_Conditional_AR"):
+                for c, v in (node.get(key) or {}).items():
+                    cats[c] = _cond_from_specbench(v)
+            for c, al in (node.get("Category_AL") or {}).items():
+                if c not in cats and isinstance(al, (int, float)) and cond:
+                    cats[c] = _match_al(cond, float(al))
+            found.setdefault(name, Acceptance(cond, name=name, categories=cats, source=src))
+        for k, v in node.items():
+            if isinstance(v, dict) and k not in ("conditional", "categories", "Conditional_Acceptance_Rate",
+                                                 "Category_AL", "Category_Conditional_Acceptance_Rate"):
+                walk(v, path + [str(k)])
+
+    walk(data, [])
+    if not found:
+        raise ValueError(f"no conditional acceptance found in {src} (expected specdec_bench's "
+                         f"Conditional_Acceptance_Rate or {{drafter: {{conditional: [...]}}}})")
+    if category:  # drafters without that category are left out
+        have = {k: v.for_category(category) for k, v in found.items() if category in v.categories}
+        if not have:
+            cats = sorted({c for v in found.values() for c in v.categories})
+            raise ValueError(f"no category {category!r} in {src}; categories: {cats}")
+        found = have
+    return found

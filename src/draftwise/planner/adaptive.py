@@ -1,0 +1,208 @@
+"""Run-time draft length per sequence: DSpark's hardware-aware prefix scheduler.
+
+Each step, for row r and draft position j the survival a_{r,j} = Π_{i≤j} c_{r,i} is the
+probability that position j is accepted (c: the drafter's conditional confidences). All (row,
+position) pairs are sorted by survival and admitted greedily; with ℓ_r admitted positions in row r
+the verify batch has N = Σ_r (1 + ℓ_r) tokens and the expected emitted tokens are
+τ* = Σ_r (1 + Σ_{j≤ℓ_r} a_{r,j}). Admission stops at the first candidate that does not raise
+Θ = τ*·SPS(N), SPS being the verifier's steps per second at N tokens.
+
+Survival never increases along a row (c ∈ [0, 1]) and ties are broken by position, so every row's
+admitted positions form a prefix. The decision reads only the drafter's confidences (or draft
+probabilities), never the target's verdict on the drafted tokens, so verification stays lossless.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Callable, Optional, Sequence, Union
+
+import torch
+
+SPSLike = Union[Callable[[float], float], "SPSCurve", Sequence[Sequence[float]], dict]
+
+
+class SPSCurve:
+    """Steps per second against verified tokens N, from measured points [(N, sps), …]:
+    linear interpolation in log N, flat beyond the ends (beyond the last point: time grows
+    linearly with N, i.e. sps ∝ 1/N, the compute-bound limit)."""
+
+    def __init__(self, points: Union[Sequence[Sequence[float]], dict]):
+        if isinstance(points, dict):
+            points = [(float(k), float(v)) for k, v in points.items()]
+        pts = sorted((float(n), float(s)) for n, s in points)
+        if not pts:
+            raise ValueError("SPSCurve needs at least one (N, steps/s) point")
+        if any(n <= 0 or s <= 0 for n, s in pts):
+            raise ValueError("SPSCurve points must be positive")
+        self.n = [p[0] for p in pts]
+        self.s = [p[1] for p in pts]
+
+    @staticmethod
+    def from_step_times(points: Union[Sequence[Sequence[float]], dict]) -> "SPSCurve":
+        """From (N, seconds per step) pairs."""
+        items = points.items() if isinstance(points, dict) else points
+        return SPSCurve([(n, 1.0 / t) for n, t in items])
+
+    def __call__(self, n: float) -> float:
+        n = float(n)
+        if n <= self.n[0]:
+            return self.s[0]
+        if n >= self.n[-1]:
+            return self.s[-1] * self.n[-1] / n if len(self.n) > 1 else self.s[-1]
+        i = bisect.bisect_right(self.n, n) - 1
+        n0, n1, s0, s1 = self.n[i], self.n[i + 1], self.s[i], self.s[i + 1]
+        t = (math.log(n) - math.log(n0)) / (math.log(n1) - math.log(n0))
+        return s0 + t * (s1 - s0)
+
+
+def _as_sps(sps: SPSLike) -> Callable[[float], float]:
+    if callable(sps):
+        return sps
+    return SPSCurve(sps)
+
+
+def schedule_prefix(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPSLike) -> torch.LongTensor:
+    """Per-row number of drafted tokens to verify.
+
+    confidence: [B, D] P(position k accepted | positions < k accepted), values clamped to [0, 1].
+    num_tokens: [B] valid drafts per row (positions ≥ num_tokens[r] are never admitted).
+    sps:        steps/s as a function of the verified tokens N (callable, SPSCurve, or points).
+    Returns a LongTensor [B] (on num_tokens' device) with 0 ≤ ℓ_r ≤ num_tokens[r].
+    """
+    sps_fn = _as_sps(sps)
+    conf = confidence.detach().to("cpu", torch.float64).clamp(0.0, 1.0)
+    if conf.dim() != 2:
+        raise ValueError(f"confidence must be [B, D], got {tuple(confidence.shape)}")
+    B, D = conf.shape
+    valid = num_tokens.detach().to("cpu", torch.long).clamp(0, D)
+    out = torch.zeros(B, dtype=torch.long)
+    if B == 0:
+        return out.to(num_tokens.device)
+    if D == 0:
+        return out.to(num_tokens.device)
+    surv = torch.cumprod(conf, dim=1)
+    pos = torch.arange(D).expand(B, D)
+    mask = pos < valid[:, None]
+    rows = torch.arange(B)[:, None].expand(B, D)[mask].tolist()
+    cols = pos[mask].tolist()
+    vals = surv[mask].tolist()
+    order = sorted(range(len(vals)), key=lambda i: (-vals[i], cols[i], rows[i]))
+
+    n_tok = float(B)
+    tau = float(B)
+    theta = tau * sps_fn(n_tok)
+    for i in order:
+        new_tau = tau + vals[i]
+        new_theta = new_tau * sps_fn(n_tok + 1)
+        if not new_theta > theta:
+            break  # first drop (or no gain): stop — later candidates are never considered
+        r, j = rows[i], cols[i]
+        if out[r] != j:  # cannot happen with survival sorted and ties broken by position
+            break        # pragma: no cover
+        out[r] = j + 1
+        tau, n_tok, theta = new_tau, n_tok + 1, new_theta
+    return out.to(num_tokens.device)
+
+
+def expected_throughput(confidence: torch.Tensor, lengths: torch.Tensor, sps: SPSLike) -> float:
+    """Θ = τ*·SPS(N) for given per-row lengths (for tests and reports)."""
+    sps_fn = _as_sps(sps)
+    surv = torch.cumprod(confidence.detach().double().clamp(0, 1), dim=1)
+    tau = float(len(lengths))
+    for r, l in enumerate(lengths.tolist()):
+        tau += float(surv[r, :l].sum())
+    return tau * sps_fn(float(len(lengths) + int(lengths.sum())))
+
+
+class AdaptiveDraftLength:
+    """Holds the SPS curve; call with a `draftwise.types.Proposal` to get per-row draft counts.
+
+    Confidence source, in order: `proposal.confidence`; else the draft probability of each drafted
+    token from `proposal.probs` (q_k(x_k), a proxy for acceptance); else the constant `alpha`.
+    `max_tokens` optionally caps every row.
+    """
+
+    def __init__(self, sps_curve: Optional[SPSLike] = None, alpha: float = 0.7, max_tokens: Optional[int] = None,
+                 *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None):
+        if sps_curve is None and sps_for_batch is None:
+            raise ValueError("give sps_curve or sps_for_batch")
+        self.sps = _as_sps(sps_curve) if sps_curve is not None else None
+        self._for_batch = sps_for_batch
+        self._cache: dict[int, Callable[[float], float]] = {}
+        self.alpha = float(alpha)
+        self.max_tokens = max_tokens
+
+    def sps_at(self, batch_size: int) -> Callable[[float], float]:
+        """The SPS curve used for a batch of `batch_size` rows."""
+        if self._for_batch is None:
+            return self.sps
+        if batch_size not in self._cache:
+            self._cache[batch_size] = _as_sps(self._for_batch(batch_size))
+        return self._cache[batch_size]
+
+    @classmethod
+    def from_planner(cls, target, hardware, context_length: int, batch_size: Optional[int] = None,
+                     **kw) -> "AdaptiveDraftLength":
+        """SPS from the planner's cost model (calibrated when `hardware` is a profile of `target`);
+        without batch_size, one curve per batch size seen, built on first use."""
+        from .cost import CostModel
+        cm = CostModel(target, hardware)
+        if batch_size is not None:
+            return cls(cm.sps_curve(batch_size, context_length), **kw)
+        return cls(sps_for_batch=lambda b: cm.sps_curve(b, context_length), **kw)
+
+    @classmethod
+    def from_profile(cls, path, batch_size: int, context_length: int, **kw) -> "AdaptiveDraftLength":
+        """From the `sps_curves` of a `draftwise profile` JSON: the measured curve nearest to
+        (batch_size, context_length) in log distance."""
+        import json
+        from pathlib import Path
+        d = json.loads(Path(path).read_text())
+        curves = d.get("sps_curves") or []
+        if not curves:
+            raise ValueError(f"{path} has no sps_curves (profile it with --target)")
+        c = min(curves, key=lambda c: abs(math.log(c["B"] / batch_size)) + abs(math.log(c["L"] / context_length)))
+        return cls(SPSCurve(c["points"]), **kw)
+
+    def confidence(self, proposal) -> torch.Tensor:
+        tokens = proposal.tokens
+        if getattr(proposal, "confidence", None) is not None:
+            return proposal.confidence
+        if getattr(proposal, "probs", None) is not None and tokens.numel():
+            return proposal.probs.gather(-1, tokens.unsqueeze(-1).long()).squeeze(-1)
+        return torch.full(tokens.shape, self.alpha, dtype=torch.float32, device=tokens.device)
+
+    def __call__(self, proposal) -> torch.LongTensor:
+        num = proposal.num_tokens
+        if self.max_tokens is not None:
+            num = num.clamp(max=self.max_tokens)
+        if proposal.tokens.shape[-1] == 0:
+            return torch.zeros_like(num, dtype=torch.long)
+        return schedule_prefix(self.confidence(proposal), num, self.sps_at(int(num.shape[0])))
+
+
+def measure_sps_curve(runner, batch_size: int, context_length: int, max_tokens: int = 16,
+                      repeats: int = 3) -> SPSCurve:
+    """Steps/s of `runner` (a draftwise ModelRunner) verifying k = 1 … max_tokens+1 tokens per row
+    on a cache of `context_length`, measured now on this machine (a quick self-profile)."""
+    import time
+
+    ks = [k for k in (1, 2, 3, 4, 5, 6, 8, 12, 17, 25, 33) if k <= max_tokens + 1]
+    B = max(int(batch_size), 1)
+    ctx = max(int(context_length), 1)
+    dev = runner.device
+    runner.reset(B)
+    runner.forward(torch.zeros(B, ctx, dtype=torch.long, device=dev), torch.full((B,), ctx, device=dev))
+    points = []
+    for k in ks:
+        best = float("inf")
+        for _ in range(repeats + 1):  # the first is a warm-up
+            runner.mark()
+            t0 = time.perf_counter()
+            runner.forward(torch.zeros(B, k, dtype=torch.long, device=dev), torch.full((B,), k, device=dev))
+            best = min(best, time.perf_counter() - t0)
+            runner.rollback(torch.zeros(B, dtype=torch.long, device=dev))
+        points.append((B * k, 1.0 / best))
+    runner.reset(0)
+    return SPSCurve(points)

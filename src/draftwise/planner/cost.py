@@ -1,0 +1,245 @@
+"""Step time T(B, D, L): one target forward verifying 1 + D tokens for each of B sequences at
+context L, plus the drafter's cost for proposing D tokens, from per-component roofline terms.
+
+Components (per layer, summed):
+- linear layers (projections, dense MLP, shared experts, router, LM head): weights read once per
+  step, 2·params FLOPs per token; time = max(compute at the GEMM's rows→throughput, weight bytes /
+  bandwidth). All of a step's GEMMs have the same M = B(1+D) rows, so they share one roofline.
+- MoE experts: expected distinct experts E = n(1 − (1 − k/n)^T) for T = B(1+D) tokens; E experts'
+  weights read, each a GEMM of k·T/E rows.
+- attention: KV bytes read ∝ B·L (sliding windows capped, MLA's latent), FLOPs ∝ B(1+D)·L; the
+  kernel computes G(1+D) query rows per KV head padded to the hardware's tile (128 on GPUs), so
+  intensity ≈ 2G(1+D) FLOPs per KV element and drafted tokens are ~free until G(1+D) fills a tile.
+- recurrent layers: state read + one state written per verified token (the per-token snapshots
+  that rollback needs), so the traffic grows with D, plus the state-update FLOPs.
+- tensor-parallel all-reduces (2 per layer) when the hardware stands for several devices.
+- a fixed per-step overhead.
+Drafters: autoregressive (draft model, EAGLE-3, MTP) pay D sequential passes; parallel ones (DFlash,
+DSpark) one pass over a block of 1 + D positions; n-gram / suffix a small host-side constant.
+
+With a measured profile of the same target the model is calibrated: measured step times are fitted
+as a·(weight-side time) + b·(attention time) + c by non-negative least squares.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from .hardware import Hardware, get_hardware
+from .model import DrafterDesc, LayerDesc, ModelDesc, describe
+
+
+@dataclass
+class Calibration:
+    linear_scale: float = 1.0
+    attention_scale: float = 1.0
+    overhead_s: Optional[float] = None    # replaces the hardware's overhead when fitted
+    points: int = 0
+    mean_abs_rel_error: Optional[float] = None
+    source: str = "none"
+
+    def to_dict(self) -> dict:
+        return dict(linear_scale=self.linear_scale, attention_scale=self.attention_scale,
+                    overhead_s=self.overhead_s, points=self.points,
+                    mean_abs_rel_error=self.mean_abs_rel_error, source=self.source)
+
+
+class CostModel:
+    def __init__(self, target, hardware=None, *, num_devices: int = 1, calibrate: bool = True):
+        self.target: ModelDesc = describe(target)
+        base = get_hardware(hardware)
+        self.hw: Hardware = base.scaled(num_devices)
+        self.calibration = Calibration()
+        if calibrate and self.hw.step_times and self._profile_matches():
+            self.fit(self.hw.step_times)
+
+    # ------------------------------------------------------------------ primitives
+    def gemm_time(self, params: float, rows: float, wbytes: float) -> float:
+        if params <= 0 or rows <= 0:
+            return 0.0
+        compute = 2.0 * params * rows / self.hw.gemm_throughput(rows)
+        memory = params * wbytes / (self.hw.bandwidth * self.hw.bandwidth_efficiency)
+        return max(compute, memory)
+
+    def _attention_time(self, layer: LayerDesc, B: int, q: int, L: int, kvb: float) -> float:
+        a = layer.attention
+        ctx = a.context(L)
+        bytes_ = B * (ctx + q) * a.kv_elems_per_token * kvb
+        rows = a.group_size * q                 # query rows per KV head
+        flops = 2.0 * B * q * ctx * a.num_heads * (a.qk_dim + a.v_dim)
+        tile = self.hw.attention_tile
+        if tile and tile > 1:
+            flops *= math.ceil(rows / tile) * tile / rows
+        compute = flops / self.hw.gemm_throughput(max(rows, 1))
+        return max(compute, bytes_ / (self.hw.bandwidth * self.hw.bandwidth_efficiency))
+
+    def _recurrent_time(self, layer: LayerDesc, B: int, q: int, sb: float) -> float:
+        r = layer.recurrent
+        bytes_ = B * r.state_elems * sb * (1 + q)   # read once, write a snapshot per verified token
+        flops = B * q * r.flops_per_token
+        return max(flops / self.hw.gemm_throughput(B * q),
+                   bytes_ / (self.hw.bandwidth * self.hw.bandwidth_efficiency))
+
+    def forward_breakdown(self, model: ModelDesc | None, B: int, q: int, L: int, *,
+                          layers: Optional[list[LayerDesc]] = None, head_params: Optional[float] = None,
+                          head_rows: Optional[float] = None) -> dict:
+        """Uncalibrated seconds per component of one forward of q tokens for B sequences."""
+        m = model or self.target
+        layers = m.layers if layers is None else layers
+        wb, kvb, sb = m.weight_bytes_per_param, m.kv_bytes_per_elem, m.state_bytes_per_elem
+        rows = B * q
+        dense = sum(l.dense_params for l in layers)
+        out = {"linear": self.gemm_time(dense, rows, wb), "moe": 0.0, "attention": 0.0,
+               "recurrent": 0.0, "head": 0.0, "comm": 0.0}
+        for l in layers:
+            if l.mlp is not None and l.mlp.kind == "moe":
+                e = l.mlp.expected_experts(rows)
+                out["moe"] += self.gemm_time(e * l.mlp.expert_params, l.mlp.top_k * rows / e, wb)
+            if l.attention is not None:
+                out["attention"] += self._attention_time(l, B, q, L, kvb)
+            if l.recurrent is not None:
+                out["recurrent"] += self._recurrent_time(l, B, q, sb)
+        hp = m.head_params if head_params is None else head_params
+        out["head"] = self.gemm_time(hp, rows if head_rows is None else head_rows, wb)
+        if self.hw.num_devices > 1:
+            n = self.hw.num_devices
+            msg = rows * m.hidden_size * 2
+            per = 8e-6 + (2 * (n - 1) / n * msg / self.hw.interconnect if self.hw.interconnect else 0.0)
+            out["comm"] = 2 * len(layers) * per
+        return out
+
+    # ------------------------------------------------------------------ target
+    def target_breakdown(self, B: int, D: int, L: int) -> dict:
+        """Calibrated seconds per component of the verification step (q = 1 + D)."""
+        raw = self.forward_breakdown(None, B, 1 + D, L)
+        c = self.calibration
+        out = {k: v * (c.attention_scale if k == "attention" else c.linear_scale) for k, v in raw.items()}
+        out["overhead"] = self.hw.overhead_s if c.overhead_s is None else c.overhead_s
+        out["total"] = sum(out.values())
+        return out
+
+    def target_time(self, B: int, D: int, L: int) -> float:
+        return self.target_breakdown(B, D, L)["total"]
+
+    # ------------------------------------------------------------------ drafters
+    def drafter_time(self, drafter: Optional[DrafterDesc], B: int, D: int, L: int) -> float:
+        if drafter is None or D <= 0:
+            return 0.0
+        if drafter.free:
+            return drafter.host_seconds
+        s = self.calibration.linear_scale
+        hw = self.hw
+        wb = self.target.weight_bytes_per_param
+        n_layers = len(drafter.model.layers) if drafter.model is not None else len(drafter.layers)
+        per_pass = self._pass_overhead(n_layers)
+        if drafter.model is not None:   # a standalone draft model: D sequential single-token steps
+            one = sum(self.forward_breakdown(drafter.model, B, 1, L).values())
+            return D * (s * one + per_pass)
+        pseudo = self.target
+        once = self.gemm_time(drafter.once_params, B, wb)
+        if drafter.parallel:            # one pass over a block of 1 + D positions
+            br = self.forward_breakdown(pseudo, B, 1 + D, L, layers=drafter.layers,
+                                        head_params=drafter.head_params, head_rows=B * D)
+            extra = drafter.per_token_head_flops * B * D / hw.gemm_throughput(B * D)
+            return s * (once + sum(br.values()) + extra) + per_pass
+        br = self.forward_breakdown(pseudo, B, 1, L, layers=drafter.layers, head_params=drafter.head_params)
+        extra = drafter.per_token_head_flops * B / hw.gemm_throughput(B)
+        return s * (once + D * (sum(br.values()) + extra)) + D * per_pass
+
+    def _pass_overhead(self, n_layers: int) -> float:
+        """Fixed cost of one drafter pass: the hardware's figure, or — when the target's overhead
+        was fitted on measured steps (eager frameworks pay per layer) — that overhead scaled by
+        layer count, whichever is larger."""
+        c = self.calibration.overhead_s
+        if c is None:
+            return self.hw.draft_step_overhead_s
+        return max(self.hw.draft_step_overhead_s, c * (n_layers + 1) / (len(self.target.layers) + 1))
+
+    def step_time(self, B: int, D: int, L: int, drafter: Optional[DrafterDesc] = None) -> float:
+        return self.target_time(B, D, L) + self.drafter_time(drafter, B, D, L)
+
+    # ------------------------------------------------------------------ memory
+    def memory_needed(self, B: int, D: int, L: int, drafter: Optional[DrafterDesc] = None) -> float:
+        m = self.target
+        extra = 0.0
+        if drafter is not None:
+            extra = drafter.extra_weight_params * m.weight_bytes_per_param
+            if drafter.model is not None:
+                extra += B * drafter.model.kv_bytes_per_sequence(L + 1 + D)
+        return m.weight_bytes + extra + B * m.kv_bytes_per_sequence(L + 1 + D)
+
+    # ------------------------------------------------------------------ calibration
+    def _profile_matches(self) -> bool:
+        cfg = self.hw.target_config
+        if cfg:
+            try:
+                return describe(cfg).total_params == self.target.total_params
+            except Exception:
+                return False
+        return bool(self.hw.target) and self.hw.target == self.target.name
+
+    def fit(self, measurements: list[dict]) -> Calibration:
+        """Fit measured target step times [{"B","D","L","seconds"}] as
+        a·(weight-side time) + b·(attention time) + c with a, b, c ≥ 0 (exhaustive NNLS)."""
+        rows, y = [], []
+        for m in measurements:
+            br = self.forward_breakdown(None, int(m["B"]), 1 + int(m["D"]), int(m["L"]))
+            w = br["linear"] + br["moe"] + br["recurrent"] + br["head"] + br["comm"]
+            rows.append([w, br["attention"], 1.0])
+            y.append(float(m["seconds"]))
+        if not rows:
+            return self.calibration
+        X, Y = np.asarray(rows), np.asarray(y)
+        Wt = 1.0 / np.maximum(Y, 1e-12)          # relative error
+
+        def nnls(A):
+            """Exhaustive non-negative least squares over column subsets (≤ 3 columns)."""
+            best, best_err = None, math.inf
+            k = A.shape[1]
+            for active in itertools.product([True, False], repeat=k):
+                idx = [i for i in range(k) if active[i]]
+                if not idx:
+                    continue
+                coef, *_ = np.linalg.lstsq(A[:, idx] * Wt[:, None], Y * Wt, rcond=None)
+                if np.any(coef < 0):
+                    continue
+                full = np.zeros(k)
+                full[idx] = coef
+                err = float(np.mean(np.abs(A @ full - Y) / Y))
+                if err < best_err - 1e-15:
+                    best, best_err = full, err
+            return best, best_err
+
+        # parsimonious first: one scale for all modelled time + overhead; separate scales for the
+        # weight side and attention only when both are positive and clearly better (the weight-side
+        # time is often nearly constant over a small grid, which makes it collinear with the overhead)
+        shared = np.stack([X[:, 0] + X[:, 1], X[:, 2]], axis=1)
+        c1, e1 = nnls(shared)
+        c2, e2 = nnls(X)
+        if c2 is not None and c2[0] > 0 and c2[1] > 0 and (c1 is None or c1[0] <= 0 or e2 < 0.8 * e1):
+            a, b, c, err = float(c2[0]), float(c2[1]), float(c2[2]), e2
+        elif c1 is not None and c1[0] > 0:
+            a = b = float(c1[0])
+            c, err = float(c1[1]), e1
+        else:
+            return self.calibration
+        self.calibration = Calibration(linear_scale=a, attention_scale=b, overhead_s=c, points=len(y),
+                                       mean_abs_rel_error=err, source="profile step times")
+        return self.calibration
+
+    def sps_curve(self, batch_size: int, context_length: int):
+        """Steps per second against the number of verified tokens N (for the run-time scheduler):
+        N tokens over `batch_size` rows, attention at `context_length`."""
+        def sps(n: float) -> float:
+            d = max(float(n), float(batch_size)) / batch_size - 1.0
+            d0 = int(math.floor(d))
+            t0 = self.target_time(batch_size, d0, context_length)
+            if d == d0:
+                return 1.0 / t0
+            t1 = self.target_time(batch_size, d0 + 1, context_length)
+            return 1.0 / (t0 + (d - d0) * (t1 - t0))
+        return sps

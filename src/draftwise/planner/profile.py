@@ -1,0 +1,192 @@
+"""`draftwise profile`: measure the machine it runs on, for the planner's cost model.
+
+- matmul throughput against the number of rows M: x[M, d] @ W[d, 4d] cycling over enough weight
+  matrices (≥ 64 MB) that weights stream from memory as in a real forward;
+- memory bandwidth: a large tensor copy (bytes read + written / time);
+- with a target (model folder, config.json or bundled config name — a config alone gives a
+  randomly initialised model), the real step time for B sequences × (1 + D) new tokens at context L:
+  `AutoModelForCausalLM`, a `DynamicCache` prefilled to L, a copy of it per timed forward, the median
+  of a few repeats.
+Saved as JSON (a `Hardware` with `source: "measured"`) and reused with `--hardware profile.json`;
+`sps_curves` in the file give steps/s against verified tokens for the run-time scheduler.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+
+from .hardware import Hardware
+
+DEFAULT_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _median_time(fn, repeats: int, device: str, warmup: int = 1, best: bool = False) -> float:
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        ts.append(time.perf_counter() - t0)
+    return min(ts) if best else statistics.median(ts)
+
+
+def measure_gemm(hidden: int, rows: Sequence[int] = DEFAULT_ROWS, *, dtype=torch.float32, device: str = "cpu",
+                 repeats: int = 3, min_weight_bytes: float = 64e6) -> list[list[float]]:
+    """[[M, FLOP/s], …] for x[M, hidden] @ W[hidden, 4·hidden] over a cycle of weights."""
+    esize = torch.tensor([], dtype=dtype).element_size()
+    per = hidden * 4 * hidden * esize
+    n = max(1, int(min_weight_bytes // per) + (1 if min_weight_bytes % per else 0))
+    n = min(n, 64)
+    ws = [torch.randn(hidden, 4 * hidden, dtype=dtype, device=device) for _ in range(n)]
+    out = []
+    for m in rows:
+        x = torch.randn(m, hidden, dtype=dtype, device=device)
+
+        def run():
+            for w in ws:
+                x @ w
+        t = _median_time(run, repeats, device, best=True)
+        out.append([int(m), 2.0 * m * hidden * 4 * hidden * n / t])
+    return out
+
+
+def measure_bandwidth(*, nbytes: float = 256e6, device: str = "cpu", repeats: int = 3) -> float:
+    n = int(nbytes // 4)
+    a = torch.empty(n, dtype=torch.float32, device=device).fill_(1.0)
+    b = torch.empty_like(a)
+    t = _median_time(lambda: b.copy_(a), repeats, device, best=True)
+    return 2.0 * n * 4 / t
+
+
+def _load_target(target: str, dtype, device: str):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from .model import load_config
+    p = Path(target)
+    has_weights = p.is_dir() and any(p.glob("*.safetensors")) or (p.is_dir() and any(p.glob("*.bin")))
+    if has_weights:
+        model = AutoModelForCausalLM.from_pretrained(str(p), dtype=dtype)
+        cfg = model.config.to_dict()
+    else:
+        cfg, _ = load_config(target)
+        cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}
+        conf = AutoConfig.for_model(**cfg)
+        model = AutoModelForCausalLM.from_config(conf, dtype=dtype)
+        cfg = conf.to_dict()
+    model.to(device).eval()
+    return model, cfg
+
+
+@torch.no_grad()
+def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int], context_lengths: Sequence[int],
+                  *, device: str = "cpu", repeats: int = 3, log=None) -> list[dict]:
+    """[{"B", "D", "L", "seconds"}]: one forward of B × (1 + D) new tokens on a cache prefilled to L."""
+    from transformers import DynamicCache
+
+    import inspect
+    params = inspect.signature(model.forward).parameters
+    key = next((k for k in ("cache", "past_key_values", "cache_params") if k in params), "past_key_values")
+    vocab = model.config.vocab_size
+    out = []
+    g = torch.Generator().manual_seed(0)
+    for L in context_lengths:
+        for B in batch_sizes:
+            ids = torch.randint(0, vocab, (B, L), generator=g).to(device)
+            cache = DynamicCache(config=model.config)
+            model(input_ids=ids, use_cache=True, **{key: cache})
+            for D in draft_tokens:
+                new = torch.randint(0, vocab, (B, 1 + D), generator=g).to(device)
+                pos = torch.arange(L, L + 1 + D, device=device).expand(B, -1)
+                mask = torch.ones(B, L + 1 + D, dtype=torch.long, device=device)
+                ts = []
+                for r in range(repeats + 1):
+                    c = copy.deepcopy(cache)
+                    _sync(device)
+                    t0 = time.perf_counter()
+                    model(input_ids=new, attention_mask=mask, position_ids=pos, use_cache=True, **{key: c})
+                    _sync(device)
+                    if r:  # first run is a warm-up
+                        ts.append(time.perf_counter() - t0)
+                sec = statistics.median(ts)
+                out.append({"B": int(B), "D": int(D), "L": int(L), "seconds": sec})
+                if log:
+                    log(f"  B={B:<4d} D={D:<3d} L={L:<6d} {sec * 1e3:9.2f} ms")
+    return out
+
+
+def sps_curves(step_times: list[dict]) -> list[dict]:
+    """Steps/s against verified tokens N = B(1 + D), per (B, L)."""
+    groups: dict[tuple, list] = {}
+    for s in step_times:
+        groups.setdefault((s["B"], s["L"]), []).append([s["B"] * (1 + s["D"]), 1.0 / s["seconds"]])
+    return [{"B": b, "L": l, "points": sorted(p)} for (b, l), p in sorted(groups.items())]
+
+
+def profile(target: Optional[str] = None, *, hidden: Optional[int] = None, device: Optional[str] = None,
+            dtype: Optional[str] = None, rows: Sequence[int] = DEFAULT_ROWS, batch_sizes: Sequence[int] = (1, 4),
+            draft_tokens: Sequence[int] = (0, 1, 3, 7), context_lengths: Sequence[int] = (128, 512),
+            repeats: int = 3, name: Optional[str] = None, log=print) -> Hardware:
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype_name = dtype or ("bfloat16" if device.startswith("cuda") else "float32")
+    tdtype = getattr(torch, dtype_name)
+    model = cfg = None
+    if target is not None:
+        model, cfg = _load_target(target, tdtype, device)
+        hidden = hidden or int(cfg.get("hidden_size") or cfg.get("n_embd"))
+    hidden = hidden or 1024
+    log(f"profiling {device} ({dtype_name}), GEMMs with d = {hidden}")
+    curve = measure_gemm(hidden, rows, dtype=tdtype, device=device, repeats=repeats)
+    for m, f in curve:
+        log(f"  M={m:<5d} {f / 1e9:9.1f} GFLOP/s")
+    bw = measure_bandwidth(device=device, repeats=repeats)
+    log(f"  memory bandwidth {bw / 1e9:.1f} GB/s")
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(0)
+        mem, hname, tile = float(props.total_memory), props.name, 128
+    else:
+        try:
+            mem = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError, AttributeError):  # pragma: no cover
+            mem = 16e9
+        hname, tile = f"cpu-{os.cpu_count()}core", 1
+    hw = Hardware(name=name or hname, flops=max(f for _, f in curve), bandwidth=bw, memory=mem,
+                  source="measured", compute_efficiency=1.0, bandwidth_efficiency=1.0, attention_tile=tile,
+                  overhead_s=0.0 if device.startswith("cuda") else 1e-3, gemm_curve=curve, dtype=dtype_name,
+                  notes=f"measured by draftwise profile on {device}, torch {torch.__version__}")
+    if model is not None:
+        log(f"target step times ({target}):")
+        hw.step_times = measure_steps(model, batch_sizes, draft_tokens, context_lengths, device=device,
+                                      repeats=repeats, log=log)
+        hw.target = str(target)
+        hw.target_config = {k: v for k, v in cfg.items() if _jsonable(v)}
+    return hw
+
+
+def _jsonable(v: Any) -> bool:
+    try:
+        json.dumps(v)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def save_profile(hw: Hardware, path: str | Path) -> None:
+    d = hw.to_dict()
+    if hw.step_times:
+        d["sps_curves"] = sps_curves(hw.step_times)
+    Path(path).write_text(json.dumps(d, indent=1))

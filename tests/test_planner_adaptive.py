@@ -1,0 +1,130 @@
+"""The run-time prefix scheduler (DSpark): admit (row, position) pairs by survival, stop at the
+first drop of Θ = τ*·SPS(N)."""
+import torch
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from draftwise.planner.adaptive import AdaptiveDraftLength, SPSCurve, expected_throughput, schedule_prefix
+from draftwise.types import Proposal
+
+
+def lin_sps(base_rows, slope):
+    return lambda n: 1.0 / (1.0 + slope * (n - base_rows))
+
+
+def test_single_row_hand_worked():
+    conf = torch.tensor([[0.9, 0.5, 0.1]])
+    n = torch.tensor([3])
+    # compute-bound: each verified token costs a full step → nothing pays (1.9/2 < 1)
+    assert schedule_prefix(conf, n, lambda N: 1.0 / N).tolist() == [0]
+    # Θ: 1 → 1.9/1.1 = 1.727 → 2.35/1.2 = 1.958 → 2.395/1.3 = 1.842 (drop): ℓ = 2
+    out = schedule_prefix(conf, n, lin_sps(1, 0.1))
+    assert out.dtype == torch.long and out.tolist() == [2]
+    # flat SPS: every position with positive survival pays
+    assert schedule_prefix(conf, n, lambda N: 5.0).tolist() == [3]
+
+
+def test_two_rows_interleaved():
+    # survivals: row 0: 0.9, 0.81; row 1: 0.8, 0.08 → order (0,0) (0,1) (1,0) (1,1)
+    conf = torch.tensor([[0.9, 0.9], [0.8, 0.1]])
+    # Θ: 2 → 2.9/1.25 = 2.32 → 3.71/1.5 = 2.473 → 4.51/1.75 = 2.577 → 4.59/2 = 2.295 (drop)
+    out = schedule_prefix(conf, torch.tensor([2, 2]), lin_sps(2, 0.25))
+    assert out.tolist() == [2, 1]
+
+
+def test_valid_counts_respected():
+    conf = torch.tensor([[0.99, 0.99, 0.99], [0.99, 0.99, 0.99]])
+    out = schedule_prefix(conf, torch.tensor([0, 2]), lambda N: 1.0)
+    assert out.tolist() == [0, 2]
+    assert schedule_prefix(torch.zeros(3, 0), torch.zeros(3, dtype=torch.long), lambda N: 1.0).tolist() == [0, 0, 0]
+
+
+def test_stops_at_first_drop_even_if_later_would_gain():
+    # SPS dips at N = 2 and recovers at N = 3: admitting two positions would raise Θ, but the
+    # first admission lowers it, so the scheduler stops (looking ahead would be a different rule)
+    sps = {1: 1.0, 2: 0.5, 3: 1.0, 4: 1.0}
+    conf = torch.tensor([[0.9, 0.9, 0.9]])
+    assert schedule_prefix(conf, torch.tensor([3]), lambda N: sps.get(int(N), 1.0)).tolist() == [0]
+
+
+def test_sps_curve():
+    c = SPSCurve([(1, 100.0), (8, 90.0), (64, 20.0)])
+    assert c(1) == 100.0 and c(0.5) == 100.0
+    assert 20.0 < c(16) < 90.0
+    assert c(128) == pytest.approx(10.0)            # beyond the last point: time ∝ N
+    c2 = SPSCurve.from_step_times({1: 0.01, 8: 0.02})
+    assert c2(8) == pytest.approx(50.0)
+    with pytest.raises(ValueError):
+        SPSCurve([])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 6), st.data())
+def test_property_prefixes_and_first_drop(B, D, data):
+    conf = torch.tensor(data.draw(st.lists(st.lists(st.floats(0, 1), min_size=D, max_size=D), min_size=B, max_size=B)),
+                        dtype=torch.float64)
+    valid = torch.tensor(data.draw(st.lists(st.integers(0, D), min_size=B, max_size=B)))
+    # steps/s from a random non-decreasing step time (a plausible verifier)
+    incs = data.draw(st.lists(st.floats(0, 0.5), min_size=B * (D + 1) + 1, max_size=B * (D + 1) + 1))
+    times = [1.0]
+    for x in incs:
+        times.append(times[-1] + x)
+    sps = lambda N: 1.0 / times[int(N) - B]
+    out = schedule_prefix(conf, valid, sps)
+    assert out.dtype == torch.long and out.shape == (B,)
+    assert bool(((out >= 0) & (out <= valid)).all())
+    surv = torch.cumprod(conf, dim=1)
+    # admitted = a prefix per row, and every admitted survival ≥ every valid non-admitted one
+    adm = [surv[r, j].item() for r in range(B) for j in range(out[r])]
+    rest = [surv[r, j].item() for r in range(B) for j in range(out[r], valid[r])]
+    if adm and rest:
+        assert min(adm) >= max(rest)
+    # each admission raised Θ; the next candidate (if any) does not
+    order = sorted(((-surv[r, j].item(), j, r) for r in range(B) for j in range(valid[r])))
+    lens = torch.zeros(B, dtype=torch.long)
+    theta = expected_throughput(conf, lens, sps)
+    m = int(out.sum())
+    for i, (_, j, r) in enumerate(order[: m + 1]):
+        lens[r] = j + 1
+        new = expected_throughput(conf, lens, sps)
+        if i < m:
+            assert new > theta - 1e-12
+            theta = new
+        else:
+            assert new <= theta + 1e-12
+
+
+def test_adaptive_class_sources():
+    sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + 0.1 * (N - 2)), alpha=0.05)
+    tokens = torch.tensor([[5, 6, 7], [1, 2, 3]])
+    num = torch.tensor([3, 3])
+    # 1) the drafter's confidence
+    p = Proposal(tokens=tokens, num_tokens=num, confidence=torch.tensor([[0.9, 0.9, 0.9], [0.1, 0.1, 0.1]]))
+    out = sched(p)
+    assert out[0] > out[1] and out.dtype == torch.long
+    # 2) draft probabilities of the drafted tokens
+    probs = torch.full((2, 3, 10), 0.01)
+    probs[0, :, :] = 0.0
+    probs[0, torch.arange(3), tokens[0]] = 0.95
+    probs[1, torch.arange(3), tokens[1]] = 0.05
+    out2 = sched(Proposal(tokens=tokens, num_tokens=num, probs=probs))
+    assert out2[0] >= 2 and out2[1] == 0
+    # 3) constant α (low here → nothing pays)
+    assert sched(Proposal(tokens=tokens, num_tokens=num)).tolist() == [0, 0]
+    assert AdaptiveDraftLength(lambda N: 1.0, alpha=0.9)(Proposal(tokens=tokens, num_tokens=num)).tolist() == [3, 3]
+    assert sched(Proposal.empty(2)).tolist() == [0, 0]
+    assert AdaptiveDraftLength(lambda N: 1.0, alpha=0.9, max_tokens=1)(Proposal(tokens=tokens, num_tokens=num)).tolist() == [1, 1]
+
+
+def test_from_planner():
+    a = AdaptiveDraftLength.from_planner("llama-3.1-8b", "h100-sxm", batch_size=4, context_length=1024, alpha=0.8)
+    assert a.sps(4) >= a.sps(64) > 0
+    out = a(Proposal(tokens=torch.zeros(4, 8, dtype=torch.long), num_tokens=torch.full((4,), 8)))
+    assert out.shape == (4,) and bool((out > 0).all())
+    # one curve per batch size: memory-bound at 4 rows (long drafts), compute-bound at 512 (short)
+    per = AdaptiveDraftLength.from_planner("llama-3.1-8b", "h100-sxm", context_length=128, alpha=0.6)
+    small = per(Proposal(tokens=torch.zeros(4, 8, dtype=torch.long), num_tokens=torch.full((4,), 8)))
+    big = per(Proposal(tokens=torch.zeros(512, 8, dtype=torch.long), num_tokens=torch.full((512,), 8)))
+    assert small.float().mean() > big.float().mean()
+    with pytest.raises(ValueError):
+        AdaptiveDraftLength()

@@ -1,0 +1,114 @@
+"""Cost model: monotonic in B, D, L; drafter scaling; calibration; hardware profiles."""
+import json
+
+import pytest
+
+from draftwise.planner import CostModel, Hardware, datasheet_names, get_hardware
+from draftwise.planner.model import drafter_desc
+
+
+def test_datasheets():
+    for n in ("h100-sxm", "h200", "b200", "a100-80gb", "l40s", "mi300x"):
+        assert n in datasheet_names()
+        h = get_hardware(n)
+        assert h.source == "datasheet" and h.flops > 1e14 and h.bandwidth > 5e11 and h.memory >= 48e9
+    assert get_hardware("H100").name == "h100-sxm"
+    assert get_hardware("h200").bandwidth == 4.8e12
+    with pytest.raises(FileNotFoundError):
+        get_hardware("tpu-v9")
+
+
+def test_profile_roundtrip(tmp_path):
+    h = Hardware(name="x", flops=1e12, bandwidth=1e11, memory=1e10, source="measured",
+                 gemm_curve=[[1, 1e10], [16, 1.6e11], [256, 1e12]])
+    p = tmp_path / "p.json"
+    h.save(p)
+    h2 = get_hardware(str(p))
+    assert h2 == h
+    # measured curve: interpolated, proportional to rows below the first point, flat above the last
+    assert h2.gemm_throughput(16) == pytest.approx(1.6e11)
+    assert 1.6e11 < h2.gemm_throughput(64) < 1e12
+    assert h2.gemm_throughput(0.5) == pytest.approx(0.5e10)
+    assert h2.gemm_throughput(4096) == pytest.approx(1e12)
+
+
+@pytest.mark.parametrize("target,hw,n", [("llama-3.1-8b", "h100-sxm", 1), ("deepseek-v3", "h200", 8),
+                                         ("qwen3-next-80b-a3b", "b200", 1), ("llama-3.1-8b", "cpu", 1)])
+def test_monotonic(target, hw, n):
+    cm = CostModel(target, hw, num_devices=n)
+    Bs, Ds, Ls = [1, 2, 8, 32, 128, 512], [0, 1, 3, 7, 15], [128, 1024, 8192, 32768]
+    for L in Ls:
+        for D in Ds:
+            ts = [cm.target_time(B, D, L) for B in Bs]
+            assert all(a <= b + 1e-15 for a, b in zip(ts, ts[1:])), (L, D, ts)
+        for B in Bs:
+            ts = [cm.target_time(B, D, L) for D in Ds]
+            assert all(a <= b + 1e-15 for a, b in zip(ts, ts[1:])), (L, B, ts)
+    for B in Bs:
+        ts = [cm.target_time(B, 3, L) for L in Ls]
+        assert all(a <= b + 1e-15 for a, b in zip(ts, ts[1:]))
+    # step time with a drafter grows with D too
+    d = drafter_desc("eagle3", cm.target)
+    ts = [cm.step_time(4, D, 1024, d) for D in Ds]
+    assert all(a < b for a, b in zip(ts, ts[1:]))
+
+
+def test_regimes():
+    cm = CostModel("llama-3.1-8b", "h100-sxm")
+    # memory-bound at batch 1: verifying 8 tokens costs about the same as 1
+    assert cm.target_time(1, 7, 1024) / cm.target_time(1, 0, 1024) < 1.05
+    # compute-bound at batch 512: 8 tokens cost several times one
+    assert cm.target_time(512, 7, 128) / cm.target_time(512, 0, 128) > 3
+    # attention: KV reads grow with B·L
+    br = cm.target_breakdown(64, 0, 32768)
+    assert br["attention"] > br["linear"]
+    # MoE: at batch 1 extra verified tokens pull in new experts (B=1, D=7 reads ~8x the experts)
+    ds = CostModel("deepseek-v3", "h200", num_devices=8)
+    b0, b7 = ds.target_breakdown(1, 0, 1024), ds.target_breakdown(1, 7, 1024)
+    assert b7["moe"] / b0["moe"] > 5
+    # recurrent rollback: state traffic grows with D
+    qn = CostModel("qwen3-next-80b-a3b", "b200")
+    assert qn.target_breakdown(8, 7, 1024)["recurrent"] > 2 * qn.target_breakdown(8, 0, 1024)["recurrent"]
+
+
+def test_drafter_scaling():
+    cm = CostModel("llama-3.1-8b", "h100-sxm")
+    t = cm.target
+    ar = [cm.drafter_time(drafter_desc("eagle3", t), 1, D, 1024) for D in (1, 2, 4, 8)]
+    assert ar[3] / ar[0] > 6                       # autoregressive: ∝ D
+    par = [cm.drafter_time(drafter_desc("dflash", t), 1, D, 1024) for D in (1, 2, 4, 8)]
+    assert par[3] / par[0] < 1.3                   # parallel: ≈ flat at small batch
+    assert cm.drafter_time(drafter_desc("ngram", t), 64, 8, 1024) < 1e-4
+    assert cm.drafter_time(drafter_desc("eagle3", t), 8, 0, 1024) == 0
+
+
+def test_calibration_recovers_scales():
+    cm = CostModel("llama-3.1-8b", "h100-sxm")
+    meas = []
+    for B in (1, 4, 16, 64):
+        for D in (0, 3, 7):
+            for L in (256, 4096):
+                br = cm.forward_breakdown(None, B, 1 + D, L)
+                w = br["linear"] + br["moe"] + br["recurrent"] + br["head"] + br["comm"]
+                meas.append({"B": B, "D": D, "L": L, "seconds": 1.7 * w + 2.5 * br["attention"] + 3e-3})
+    cal = cm.fit(meas)
+    assert cal.linear_scale == pytest.approx(1.7, rel=1e-3)
+    assert cal.attention_scale == pytest.approx(2.5, rel=1e-3)
+    assert cal.overhead_s == pytest.approx(3e-3, rel=1e-3)
+    assert cal.mean_abs_rel_error < 1e-6
+    assert cm.target_time(4, 3, 256) == pytest.approx(next(m["seconds"] for m in meas
+                                                             if (m["B"], m["D"], m["L"]) == (4, 3, 256)))
+
+
+def test_profile_calibrates_matching_target(tmp_path):
+    from draftwise.planner.model import load_config
+    cfg, _ = load_config("llama-3.1-8b")
+    base = CostModel("llama-3.1-8b", "h100-sxm")
+    steps = [{"B": B, "D": D, "L": 512, "seconds": 2.0 * base.target_time(B, D, 512)} for B in (1, 8) for D in (0, 3, 7)]
+    h = get_hardware("h100-sxm")
+    h.step_times, h.target_config, h.target = steps, cfg, "llama-3.1-8b"
+    cm = CostModel("llama-3.1-8b", h)
+    assert cm.calibration.points == 6
+    assert cm.target_time(8, 3, 512) == pytest.approx(steps[4]["seconds"], rel=0.02)
+    # a different target is not calibrated with it
+    assert CostModel("llama-3.1-70b", h).calibration.points == 0
