@@ -93,3 +93,14 @@ def test_greedy_exact_with_adaptive_draft_length(arch, drafter):
                              max_new_tokens=N_NEW, adaptive=True)
     for o, ref in zip(out, refs):
         assert o.token_ids == ref
+
+
+def test_sliding_window_model_exact_inside_window_and_clear_error_beyond():
+    model = build("mistral_swa")
+    model.generation_config.eos_token_id = None
+    refs = [hf_greedy(model, p) for p in PROMPTS]
+    out = draftwise.generate(model, PROMPTS, drafter=noisy_copy(model, 0.05), num_draft_tokens=3,
+                             max_new_tokens=N_NEW)
+    assert [o.token_ids for o in out] == refs
+    with pytest.raises(NotImplementedError, match="sliding-window attention"):
+        draftwise.generate(model, [list(range(1, 120)) * 2], max_new_tokens=40)

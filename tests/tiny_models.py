@@ -33,6 +33,8 @@ CONFIGS = {
         hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
         intermediate_size=128, mamba_d_ssm=128, mamba_n_heads=8, mamba_d_head=16, mamba_d_state=16,
         mamba_n_groups=1, mamba_d_conv=4, **COMMON),
+    "mistral_swa": lambda: T.MistralConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                           num_key_value_heads=2, intermediate_size=128, sliding_window=256, **COMMON),
     "phi3": lambda: T.Phi3Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                  intermediate_size=128, pad_token_id=0, **COMMON),
 }

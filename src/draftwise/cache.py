@@ -16,11 +16,6 @@ def attention_layers(cache: Cache) -> list:
     """Layers holding per-token keys/values ([B, H, T, d])."""
     out = []
     for layer in cache.layers:
-        if getattr(layer, "is_sliding", False):
-            raise NotImplementedError(
-                "sliding-window attention layers drop old tokens by position, which breaks ragged "
-                "rollback; load the model with the sliding window disabled (e.g. use_sliding_window=False)"
-            )
         if getattr(layer, "keys", None) is not None and getattr(layer, "is_initialized", True) \
                 and isinstance(layer.keys, torch.Tensor) and layer.keys.dim() == 4:
             out.append(layer)
@@ -58,6 +53,20 @@ def restore_recurrent(cache: Cache, snapshot: list[torch.Tensor], rows: torch.Te
             cur.copy_(torch.where(mask, saved, cur))
 
 
+def sliding_window(cache: Cache) -> int | None:
+    """The smallest attention window among sliding-window layers, if any.
+
+    Such a layer evicts entries by cache index, which holes would shift; draftwise therefore keeps
+    the whole cache below the window (see ModelRunner.forward)."""
+    windows = [layer.sliding_window for layer in cache.layers if getattr(layer, "is_sliding", False)]
+    return min(windows) if windows else None
+
+
+def _sync_lengths(layer) -> None:
+    if hasattr(layer, "cumulative_length"):  # sliding layers derive mask offsets from it
+        layer.cumulative_length = layer.keys.shape[-2]
+
+
 def cache_length(cache: Cache) -> int:
     layers = attention_layers(cache)
     return layers[0].keys.shape[-2] if layers else 0
@@ -68,6 +77,7 @@ def truncate(cache: Cache, length: int) -> None:
     for layer in attention_layers(cache):
         layer.keys = layer.keys[..., :length, :]
         layer.values = layer.values[..., :length, :]
+        _sync_lengths(layer)
 
 
 def gather_positions(cache: Cache, index: torch.Tensor) -> None:
@@ -77,6 +87,7 @@ def gather_positions(cache: Cache, index: torch.Tensor) -> None:
         layer.keys = layer.keys.gather(2, idx)
         idx_v = index[:, None, :, None].expand(-1, layer.values.shape[1], -1, layer.values.shape[-1])
         layer.values = layer.values.gather(2, idx_v)
+        _sync_lengths(layer)
 
 
 def select_rows(cache: Cache, rows: torch.Tensor) -> None:

@@ -84,7 +84,9 @@ class ModelRunner:
         self.max_positions = getattr(text_cfg, "max_position_embeddings", None) or getattr(text_cfg, "n_positions", None)
         self.num_layers = getattr(text_cfg, "num_hidden_layers", None) or getattr(text_cfg, "n_layer", None)
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
-        self.stateful = kv.has_recurrent_layers(DynamicCache(config=self.config))
+        probe = DynamicCache(config=self.config)
+        self.stateful = kv.has_recurrent_layers(probe)
+        self.window = kv.sliding_window(probe)
         self.reset(0)
 
     # --- state -----------------------------------------------------------------------------
@@ -123,6 +125,11 @@ class ModelRunner:
         if self.max_positions is not None and reach > self.max_positions:
             raise ValueError(f"sequence would reach {reach} positions, beyond the model's {self.max_positions}; "
                              "shorten the prompt or lower max_new_tokens")
+        if self.window is not None and kv.cache_length(self.cache) + W >= self.window:
+            raise NotImplementedError(
+                f"this model has sliding-window attention (window {self.window}) and the cache would reach "
+                f"{kv.cache_length(self.cache) + W} entries; draftwise's ragged rollback needs the cache to stay "
+                "inside the window — shorten prompt + max_new_tokens or load the model with the window disabled")
         if self.stateful and self._mark is not None:
             self._appended.append((tokens, lengths))
         if self.stateful and bool((lengths < W).any()):
