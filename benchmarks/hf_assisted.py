@@ -77,6 +77,8 @@ def main():
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="bf16: batched verification rounds differently, so outputs may diverge (reported)")
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args()
     if args.threads:
@@ -87,8 +89,9 @@ def main():
         prompts = [torch.randint(0, 8192, (24,), generator=torch.Generator().manual_seed(i)).tolist() for i in range(4)]
     else:
         tok = T.AutoTokenizer.from_pretrained(args.target)
-        target_model = T.AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
-        draft_model = T.AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()
+        dtype = getattr(torch, args.dtype)
+        target_model = T.AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype).eval()
+        draft_model = T.AutoModelForCausalLM.from_pretrained(args.draft, dtype=dtype).eval()
         prompts = [tok(p)["input_ids"] for p in PROMPTS]
     for m in (target_model, draft_model):
         m.generation_config.eos_token_id = None  # fixed-length runs: every engine makes the same tokens
@@ -135,13 +138,14 @@ def main():
                     outputs[name].append(ids)
                     if al is not None and name == "draftwise_spec":
                         accept.append(al)
-    same = all(outputs[k] == outputs["hf_plain"] for k in engines)
+    agree = {k: sum(a == b for a, b in zip(outputs[k], outputs["hf_plain"])) / len(prompts) for k in engines}
+    same = all(v == 1.0 for v in agree.values())
     tok_s = {k: N * len(times[k]) / sum(times[k]) for k in engines}
     overhead = {k: 1 - sum(fwd[k]) / sum(times[k]) for k in engines}
     result = {
         "target": "synthetic" if args.synthetic else args.target, "D": args.D, "max_new_tokens": N,
         "prompts": len(prompts), "repeats": args.repeats, "threads": torch.get_num_threads(),
-        "outputs_identical": same, "mean_accept_length_draftwise": statistics.mean(accept),
+        "dtype": args.dtype, "outputs_identical": same, "share_identical_to_hf_plain": agree, "mean_accept_length_draftwise": statistics.mean(accept),
         "tokens_per_s": tok_s,
         "draftwise_vs_hf_assisted": tok_s["draftwise_spec"] / tok_s["hf_assisted"],
         "draftwise_spec_vs_plain": tok_s["draftwise_spec"] / tok_s["draftwise_plain"],
@@ -149,7 +153,8 @@ def main():
         "draftwise_plain_vs_hf_plain": tok_s["draftwise_plain"] / tok_s["hf_plain"],
         "overhead_share": overhead,
     }
-    print(f"outputs identical across engines: {same}   mean acceptance length (draftwise): "
+    print(f"outputs identical across engines: {same} ({', '.join(f'{k} {v:.0%}' for k, v in agree.items())})   "
+          f"mean acceptance length (draftwise): "
           f"{result['mean_accept_length_draftwise']:.2f}")
     print(f"{'engine':<18}{'tokens/s':>10}{'overhead':>10}")
     for k in engines:
@@ -158,7 +163,7 @@ def main():
           f"speculative / plain: draftwise {result['draftwise_spec_vs_plain']:.2f}x, HF {result['hf_assisted_vs_plain']:.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
-    return 0 if same else 1
+    return 0 if same or args.dtype != "float32" else 1
 
 
 if __name__ == "__main__":

@@ -31,3 +31,13 @@ def test_demo_runs_and_reports(tmp_path, capsys):
 def test_bundled_prompts_cover_kinds():
     kinds = {p["kind"] for p in load_prompts()}
     assert {"code", "prose", "dialogue", "questions"} <= kinds
+
+
+def test_demo_tiny_standin(tmp_path, capsys):
+    out = tmp_path / "demo.json"
+    rc = main(["demo", "--tiny", "--max-new-tokens", "6", "--out", str(out), "--no-progress",
+               "--drafter", "ngram"])
+    assert rc == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["drafter"] for r in rows} == {"plain", "ngram"}
+    assert all(r["greedy_match"] for r in rows if r["drafter"] != "plain")

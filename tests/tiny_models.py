@@ -9,6 +9,8 @@ import torch
 import transformers as T
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from draftwise.drafters.draft_model import perturbed_copy
+
 VOCAB = 128
 COMMON = dict(vocab_size=VOCAB, initializer_range=0.1, tie_word_embeddings=False, max_position_embeddings=512)
 
@@ -48,14 +50,7 @@ def build(arch: str, seed: int = 0, dtype=torch.float32):
 
 def noisy_copy(model, scale: float = 0.1, seed: int = 1):
     """A draft that agrees with the target most of the time: the target's weights plus relative noise."""
-    import copy
-
-    draft = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * p.std().nan_to_num(0.0) * scale)
-    return draft
+    return perturbed_copy(model, scale, seed)
 
 
 TEXT = ("def add(a, b):\n    return a + b\n" * 20 + "In the beginning was the word, and the word was with God.\n" * 20

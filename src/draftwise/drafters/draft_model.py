@@ -22,6 +22,20 @@ def check_same_vocabulary(target_tok, draft_tok, draft_name: str) -> None:
             "from the target's family or train one with the target's tokenizer")
 
 
+def perturbed_copy(model, scale: float, seed: int = 0):
+    """The model with relative Gaussian noise on every weight: a draft that mostly agrees with it
+    (for demos and tests where no trained draft exists)."""
+    import copy
+
+    draft = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=torch.float32).to(p.dtype)
+                   * p.float().std().nan_to_num(0.0) * scale)
+    return draft
+
+
 class DraftModelDrafter(Drafter):
     name = "draft-model"
 

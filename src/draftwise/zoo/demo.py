@@ -26,6 +26,34 @@ def default_zoo() -> Path:
     return Path.cwd() / "zoo"
 
 
+def build_tiny_zoo(out: Path, prompts: list[dict]) -> Path:
+    """A stand-in zoo for machines without the trained reference models: a byte-level BPE trained
+    on the demo prompts, a random Llama target and a noisy copy of it as draft model. Its acceptance
+    numbers mean nothing about real text; exactness and the plumbing are what it shows."""
+    import torch
+    import transformers as T
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from ..drafters.draft_model import perturbed_copy
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=["<|endoftext|>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([p["prompt"] for p in prompts] * 4, trainer)
+    fast = T.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
+    torch.manual_seed(0)
+    cfg = T.LlamaConfig(vocab_size=len(fast), hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
+                        num_key_value_heads=2, intermediate_size=256, initializer_range=0.1,
+                        tie_word_embeddings=False, max_position_embeddings=512, eos_token_id=None)
+    target = T.LlamaForCausalLM(cfg).eval()
+    for name, model in (("target", target), ("draft", perturbed_copy(target, 0.05, seed=1))):
+        model.save_pretrained(out / name)
+        fast.save_pretrained(out / name)
+    return out
+
+
 def load_prompts(path: str | None = None) -> list[dict]:
     text = (Path(path).read_text(encoding="utf-8") if path
             else resources.files("draftwise.data").joinpath("demo_prompts.jsonl").read_text(encoding="utf-8"))
@@ -105,6 +133,9 @@ def add_cli(sub) -> None:
     p = sub.add_parser("demo", help="the reference models with every drafter: acceptance, speed, exactness",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--zoo", default=None, help="folder with target/, draft/ and trained drafters (default: the repo's zoo/)")
+    p.add_argument("--tiny", action="store_true",
+                   help="use a tiny random stand-in (built in a temp dir) instead of the reference models; "
+                        "also the fallback when no reference models are found")
     p.add_argument("--prompts", default=None, help="JSONL with 'kind' and 'prompt' (default: the bundled set)")
     p.add_argument("-D", "--num-draft-tokens", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -117,9 +148,17 @@ def add_cli(sub) -> None:
 
 
 def _run(args) -> int:
+    import tempfile
+
     zoo = Path(args.zoo) if args.zoo else default_zoo()
-    result = run_demo(zoo, load_prompts(args.prompts), args.num_draft_tokens, args.max_new_tokens, args.dtype,
-                      progress=not args.no_progress, drafters=args.drafter)
+    prompts = load_prompts(args.prompts)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.tiny or (args.zoo is None and not (zoo / "target" / "config.json").is_file()):
+            print("no reference models found: running on a tiny random stand-in (acceptance numbers are not "
+                  "meaningful; build the real ones with `draftwise zoo build`)")
+            zoo = build_tiny_zoo(Path(tmp), prompts)
+        result = run_demo(zoo, prompts, args.num_draft_tokens, args.max_new_tokens, args.dtype,
+                          progress=not args.no_progress, drafters=args.drafter)
     print(format_table(result))
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"\nwrote {args.out}")
