@@ -61,6 +61,9 @@ class Drafter:
     def finish(self, sequences: list[list[int]], prompt_lengths: list[int]) -> None:
         """Requests ended (session-level learning, e.g. a global suffix tree)."""
 
+    def reset(self) -> None:
+        """Forget what was learned across requests (a new session; benchmarks call it per configuration)."""
+
 
 def pad_proposals(rows: list[list[int]], device="cpu") -> Proposal:
     """A deterministic Proposal from per-row token lists."""

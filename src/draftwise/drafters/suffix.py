@@ -94,6 +94,9 @@ class SuffixDrafter(Drafter):
             rows.append(best)
         return pad_proposals(rows, max_tokens.device)
 
+    def reset(self) -> None:
+        self.global_trie = SuffixTrie(self.depth)
+
     def select_rows(self, rows: torch.Tensor) -> None:
         keep = rows.tolist()
         self._local = [self._local[i] for i in keep]

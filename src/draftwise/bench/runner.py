@@ -1,0 +1,398 @@
+"""`draftwise bench` sweep runner: drafters × D × batch sizes × datasets through the built-in engine.
+
+Run directory layout (``--out DIR``):
+
+* ``configuration.json`` – settings, package versions, sha256 of every model file used, the union of
+  the sweeps run into DIR.
+* ``results.jsonl`` – one line per finished (configuration, request), appended with flush + fsync as
+  soon as its batch finishes. Rerunning into the same DIR reads it and skips finished work (a torn
+  last line from a kill is dropped); only the batch in flight when a run died is redone.
+* the reports written from ``results.jsonl`` by :mod:`draftwise.bench.report`.
+
+A *configuration* is (dataset, drafter, D, batch size); the plain baseline is ``drafter = "none"``,
+``D = 0``, run at every batch size. Requests are split into consecutive batches of the batch size
+in the (stratified) dataset order; a multi-turn conversation generates turn by turn, appending each
+reply to the history and re-encoding it (chat template when the tokenizer has one, else plain
+"User: …\\nAssistant: …" text; see ``--prompt-format``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from draftwise.bench.datasets import Request, first_messages, load_dataset, render_conversation
+
+RESULTS_FILE = "results.jsonl"
+CONFIG_FILE = "configuration.json"
+BASELINE = "none"
+
+# settings that must match when resuming into an existing run directory
+_GLOBAL_KEYS = ("target", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "dtype",
+                "prompt_format", "num_requests", "per_tier", "ignore_eos")
+
+
+@dataclass
+class BenchConfig:
+    target: str
+    out: str
+    drafters: list[str] = field(default_factory=list)
+    draft_lengths: list[int] = field(default_factory=lambda: [3])
+    batch_sizes: list[int] = field(default_factory=lambda: [1])
+    datasets: list[str] = field(default_factory=lambda: ["qualitative"])
+    num_requests: Optional[int] = None
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_k: Optional[int] = None
+    top_p: Optional[float] = None
+    seed: int = 0
+    dtype: str = "float32"
+    prompt_format: str = "auto"
+    per_tier: Optional[int] = None
+    warmup: bool = True
+    ignore_eos: bool = False
+    progress: bool = True
+    plots: bool = True
+
+    def global_settings(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {k: d[k] for k in _GLOBAL_KEYS}
+
+
+def config_key(dataset: str, drafter: str, D: int, batch_size: int) -> str:
+    return f"{dataset}|{drafter}|D={D}|bs={batch_size}"
+
+
+def sweep_units(cfg: BenchConfig) -> list[tuple[str, str, int, int]]:
+    """(dataset, drafter, D, batch size), baseline first at each batch size."""
+    units = []
+    drafters = [d for d in cfg.drafters if d.lower() not in (BASELINE, "plain", "")]
+    for ds in cfg.datasets:
+        for bs in cfg.batch_sizes:
+            units.append((ds, BASELINE, 0, bs))
+            for dr in drafters:
+                for D in cfg.draft_lengths:
+                    units.append((ds, dr, int(D), bs))
+    return units
+
+
+# ------------------------------------------------------------------------------------ backend
+
+class EngineBackend:
+    """The built-in engine behind the contract ``draftwise.load_target / build_drafter / generate``."""
+
+    def __init__(self, target_path: str, dtype: str = "float32"):
+        import draftwise
+
+        if not hasattr(draftwise, "generate"):
+            raise RuntimeError("the draftwise engine (draftwise.generate) is not available in this build")
+        self._dw = draftwise
+        self.target = draftwise.load_target(target_path, dtype=dtype)
+        self.tokenizer = self.target.tokenizer
+        if self.tokenizer is None:
+            raise ValueError(f"{target_path}: no tokenizer found next to the model; the benchmark needs one")
+        self._drafters: dict[str, Any] = {}
+        self.max_positions = getattr(self.target, "max_positions", None)
+
+    def drafter(self, spec: str):
+        if spec == BASELINE:
+            return None
+        if spec not in self._drafters:
+            self._drafters[spec] = self._dw.build_drafter(spec, self.target)
+        return self._drafters[spec]
+
+    def reset_drafter(self, spec: str) -> None:
+        """Each configuration starts from a fresh session (the suffix drafter's global tree)."""
+        d = self.drafter(spec)
+        if d is not None:
+            d.reset()
+
+    def generate(self, prompts: list[list[int]], drafter: str, D: int, max_new_tokens: int, *,
+                 temperature: float = 0.0, top_k=None, top_p=None, seed=None, ignore_eos=False,
+                 stop=None, stream=None) -> list[dict[str, Any]]:
+        """One engine call; ``stream(row, new_ids)`` is called per step when given."""
+        outs = self._dw.generate(self.target, prompts, drafter=self.drafter(drafter), num_draft_tokens=D,
+                                 max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                                 top_p=top_p, seed=seed, ignore_eos=ignore_eos, stop=stop, stream=stream)
+        return [{"token_ids": list(o.token_ids), "text": o.text, "accept_lengths": list(o.accept_lengths),
+                 "num_drafted": list(o.num_drafted), "token_times": list(o.token_times),
+                 "finish_reason": o.finish_reason} for o in outs]
+
+
+# ----------------------------------------------------------------------------------- run dir
+
+def sha256_file(path: Path, _cache: dict = {}) -> str:
+    key = (str(path), path.stat().st_mtime_ns, path.stat().st_size)
+    if key not in _cache:
+        h = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _cache[key] = h.hexdigest()
+    return _cache[key]
+
+
+def hash_model_path(path: str) -> dict[str, Any]:
+    """sha256 of every file of a model directory (or of the file itself)."""
+    p = Path(path)
+    if p.is_file():
+        return {"path": str(p.resolve()), "files": {p.name: sha256_file(p)}}
+    if p.is_dir():
+        files = {str(f.relative_to(p)): sha256_file(f) for f in sorted(p.rglob("*"))
+                 if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts)}
+        return {"path": str(p.resolve()), "files": files}
+    return {"path": path, "files": {}}
+
+
+def drafter_model_path(spec: str) -> Optional[str]:
+    """The model path inside a drafter spec such as ``draft-model:PATH`` or ``eagle3:PATH``."""
+    if ":" in spec:
+        path = spec.split(":", 1)[1].split(",")[0]
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0], "platform": platform.platform()}
+    from importlib import metadata
+
+    for name in ("draftwise", "torch", "transformers", "tokenizers", "numpy", "pyarrow", "matplotlib", "httpx"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False, default=str)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def prepare_run_dir(cfg: BenchConfig, models: dict[str, Any], server: Optional[dict] = None) -> dict[str, Any]:
+    """Create or check ``configuration.json``; refuse to resume with different global settings."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / CONFIG_FILE
+    settings = cfg.global_settings()
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        diff = {k: (old.get("settings", {}).get(k), v) for k, v in settings.items()
+                if old.get("settings", {}).get(k) != v}
+        if diff:
+            raise ValueError(f"{out} holds a run with different settings {diff} (old, new); "
+                             "use another --out directory, or the same settings to resume")
+        for k, tk in (("drafters", "drafters"), ("draft_lengths", "draft_lengths"),
+                      ("batch_sizes", "batch_sizes"), ("datasets", "datasets")):
+            merged = list(old["sweep"].get(k, []))
+            merged += [x for x in getattr(cfg, tk) if x not in merged]
+            old["sweep"][k] = merged
+        old.setdefault("models", {}).update(models)
+        old["versions"] = package_versions()
+        old["updated"] = now
+        old.setdefault("invocations", []).append({"argv": sys.argv, "time": now})
+        conf = old
+    else:
+        conf = {
+            "format": "draftwise-bench/1",
+            "settings": settings,
+            "sweep": {"drafters": list(cfg.drafters), "draft_lengths": list(cfg.draft_lengths),
+                      "batch_sizes": list(cfg.batch_sizes), "datasets": list(cfg.datasets)},
+            "models": models,
+            "versions": package_versions(),
+            "created": now,
+            "updated": now,
+            "invocations": [{"argv": sys.argv, "time": now}],
+        }
+        if server:
+            conf["server"] = server
+    write_json_atomic(path, conf)
+    return conf
+
+
+def read_results(out: str | Path) -> list[dict[str, Any]]:
+    """Records of ``results.jsonl``; a torn last line (killed mid-write) is cut off the file."""
+    path = Path(out) / RESULTS_FILE
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    records = []
+    good_end = 0
+    pos = 0
+    for line in data.split(b"\n"):
+        end = pos + len(line) + 1
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+            if end <= len(data):  # complete line (has its newline)
+                good_end = end
+            else:  # parsed but without newline: keep it, add the newline
+                good_end = len(data)
+        else:
+            good_end = min(end, len(data))
+        pos = end
+    if good_end < len(data):
+        with path.open("r+b") as f:
+            f.truncate(good_end)
+    elif data and not data.endswith(b"\n"):
+        with path.open("ab") as f:
+            f.write(b"\n")
+    return records
+
+
+class ResultWriter:
+    def __init__(self, out: str | Path):
+        self.path = Path(out) / RESULTS_FILE
+        self.f = self.path.open("a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.f.flush()
+        os.fsync(self.f.fileno())
+
+    def close(self) -> None:
+        self.f.close()
+
+
+# --------------------------------------------------------------------------------------- sweep
+
+def _turns_for_record(req: Request) -> list[str]:
+    if req.prompt_token_ids is not None:
+        return [f"<{req.category} prompt of exactly {len(req.prompt_token_ids)} tokens>"]
+    return list(req.turns)
+
+
+def run_batch(backend, reqs: Sequence[Request], drafter: str, D: int, cfg: BenchConfig,
+              seed: Optional[int]) -> list[list[dict[str, Any]]]:
+    """Generate every turn of a batch of conversations; returns per request the list of turn records."""
+    replies: list[list[str]] = [[] for _ in reqs]
+    turns_out: list[list[dict[str, Any]]] = [[] for _ in reqs]
+    n_turns = max(len(r.turns) for r in reqs)
+    for t in range(n_turns):
+        active = [i for i, r in enumerate(reqs) if len(r.turns) > t]
+        prompts = []
+        for i in active:
+            r = reqs[i]
+            if r.prompt_token_ids is not None and t == 0:
+                prompts.append(list(r.prompt_token_ids))
+            else:
+                prompts.append(render_conversation(backend.tokenizer, first_messages(r, t, replies[i]),
+                                                   cfg.prompt_format))
+        window = uuid.uuid4().hex[:12]
+        t0 = time.time()
+        outs = backend.generate(prompts, drafter, D, cfg.max_new_tokens, temperature=cfg.temperature,
+                                top_k=cfg.top_k, top_p=cfg.top_p,
+                                seed=None if seed is None else seed + t, ignore_eos=cfg.ignore_eos)
+        for i, p, o in zip(active, prompts, outs):
+            replies[i].append(o["text"])
+            turns_out[i].append({
+                "prompt_tokens": len(p),
+                "token_ids": o["token_ids"],
+                "text": o["text"],
+                "step_lengths": o["accept_lengths"],
+                "drafted": o["num_drafted"],
+                "t0": t0,
+                "chunk_times": [t0 + x for x in o["token_times"]],
+                "num_tokens": len(o["token_ids"]),
+                "window": window,
+                "finish_reason": o["finish_reason"],
+            })
+    return turns_out
+
+
+def run_bench(cfg: BenchConfig, backend=None, log: Callable[[str], None] = print) -> Path:
+    """Run (or resume) the sweep into ``cfg.out`` and write the reports; returns the run dir."""
+    from draftwise.bench import report
+
+    if cfg.temperature < 0:
+        raise ValueError("--temperature must be >= 0")
+    if any(b < 1 for b in cfg.batch_sizes) or not cfg.batch_sizes:
+        raise ValueError("--batch-sizes must be positive integers")
+    if any(d < 1 for d in cfg.draft_lengths):
+        raise ValueError("-D must be >= 1 (the baseline with D = 0 is always run)")
+    if backend is None:
+        backend = EngineBackend(cfg.target, dtype=cfg.dtype)
+    models = {"target": hash_model_path(cfg.target)}
+    for spec in cfg.drafters:
+        p = drafter_model_path(spec)
+        if p:
+            models[f"drafter:{spec}"] = hash_model_path(p)
+    prepare_run_dir(cfg, models)
+    done = {(r["key"], r["question_id"]) for r in read_results(cfg.out)}
+
+    datasets = {ds: load_dataset(ds, tokenizer=backend.tokenizer, num_requests=cfg.num_requests,
+                                 per_tier=cfg.per_tier) for ds in cfg.datasets}
+    max_pos = getattr(backend, "max_positions", None)
+    units = sweep_units(cfg)
+    todo = []  # (dataset, drafter, D, bs, key, [(batch start, batch requests)])
+    total = 0
+    for ds, dr, D, bs in units:
+        key = config_key(ds, dr, D, bs)
+        reqs = datasets[ds]
+        # batches are cut from the full list so a resumed run batches exactly like an uninterrupted one
+        batches = [(b, reqs[b:b + bs]) for b in range(0, len(reqs), bs)
+                   if any((key, r.question_id) not in done for r in reqs[b:b + bs])]
+        if batches:
+            todo.append((ds, dr, D, bs, key, batches))
+            total += sum(1 for _, bt in batches for r in bt if (key, r.question_id) not in done)
+    skipped = sum(len(datasets[u[0]]) for u in units) - total
+    if skipped:
+        log(f"resuming {cfg.out}: {skipped} finished request results kept, {total} to run")
+    if max_pos:
+        for ds, reqs in datasets.items():
+            for r in reqs:
+                if r.prompt_token_ids is not None and len(r.prompt_token_ids) + cfg.max_new_tokens > max_pos:
+                    raise ValueError(f"{ds}: prompts of {len(r.prompt_token_ids)} tokens + max_new_tokens "
+                                     f"{cfg.max_new_tokens} exceed the target's {max_pos} positions")
+    writer = ResultWriter(cfg.out)
+    bar = None
+    if cfg.progress and total:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc="bench", unit="req", dynamic_ncols=True)
+    try:
+        for ds, dr, D, bs, key, batches in todo:
+            if bar is not None:
+                bar.set_postfix_str(f"{ds} {dr} D={D} bs={bs}")
+            if hasattr(backend, "reset_drafter"):
+                backend.reset_drafter(dr)
+            if cfg.warmup:
+                warm = batches[0][1]
+                wcfg = BenchConfig(**{**asdict(cfg), "max_new_tokens": min(8, cfg.max_new_tokens)})
+                run_batch(backend, [Request(r.question_id, r.category, r.turns[:1], prompt_token_ids=r.prompt_token_ids)
+                                    for r in warm], dr, D, wcfg, cfg.seed)
+            for b, batch in batches:
+                seed = cfg.seed + b if cfg.seed is not None else None
+                results = run_batch(backend, batch, dr, D, cfg, seed)
+                for r, turns in zip(batch, results):
+                    if (key, r.question_id) in done:
+                        continue
+                    writer.write({"key": key, "dataset": ds, "drafter": dr, "D": D, "batch_size": bs,
+                                  "question_id": r.question_id, "category": r.category,
+                                  "sub_category": r.sub_category, "turns": _turns_for_record(r),
+                                  "outputs": turns})
+                    done.add((key, r.question_id))
+                    if bar is not None:
+                        bar.update(1)
+    finally:
+        writer.close()
+        if bar is not None:
+            bar.close()
+    report.write_reports(cfg.out, plots=cfg.plots)
+    return Path(cfg.out)

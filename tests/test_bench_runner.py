@@ -1,0 +1,161 @@
+"""`draftwise bench` sweep: outputs and their schemas, resume after a kill, the real engine."""
+import csv
+import json
+
+import pytest
+
+from draftwise.bench._testing import FakeBackend
+from draftwise.bench.runner import RESULTS_FILE, BenchConfig, read_results, run_bench
+
+KEYS = ["Request_AL", "Category_AL", "Average_AL", "Acceptance_Length_Histogram",
+        "Conditional_Acceptance_Rate", "Joint_Acceptance_Rate"]
+STATS = {"min", "max", "mean", "std", "0.25", "0.5", "0.75"}
+
+
+def _cfg(out, **kw):
+    base = dict(target="fake", out=str(out), drafters=["ngram", "suffix"], draft_lengths=[2, 3],
+                batch_sizes=[1, 2], datasets=["qualitative"], num_requests=6, max_new_tokens=12, progress=False)
+    base.update(kw)
+    return BenchConfig(**base)
+
+
+PNGS = ("al_by_category-qualitative.png", "conditional_acceptance-qualitative.png",
+        "speedup_vs_batch-qualitative.png", "pareto-qualitative.png")
+
+
+def _check_outputs(out, n_requests=6, plots=True):
+    for name in ("configuration.json", "specbench_results.json", "timing.json", "acceptance_length.csv",
+                 "acceptance_rate.csv", "throughput.csv", "specbench_responses.jsonl", "report.md",
+                 *(PNGS if plots else ())):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    res = json.loads((out / "specbench_results.json").read_text())
+    assert set(res["qualitative"]) == {"none", "ngram", "suffix"}
+    assert set(res["qualitative"]["none"]) == {"D=0"}
+    assert set(res["qualitative"]["ngram"]) == {"D=2", "D=3"}
+    for dr, by_d in res["qualitative"].items():
+        for d, by_bs in by_d.items():
+            assert set(by_bs) == {"bs=1", "bs=2"}
+            for entry in by_bs.values():
+                assert list(entry) == KEYS
+                assert len(entry["Request_AL"]) == n_requests
+                assert entry["Conditional_Acceptance_Rate"]["1"] == 1.0
+                assert sum(entry["Acceptance_Length_Histogram"].values()) > 0
+    assert res["qualitative"]["none"]["D=0"]["bs=1"]["Average_AL"] == 1.0
+    timing = json.loads((out / "timing.json").read_text())
+    t = timing["results"]["qualitative"]["ngram"]["D=2"]["bs=2"]
+    for k in ("ttft", "e2e", "step_time", "user_tps"):
+        assert set(t["timing"][k]) == STATS
+    assert t["timing"]["system_tps"] > 0 and set(t["speedup"]) == {"user", "system"}
+    assert t["lossless"]["share"] == 1.0 and t["lossless"]["compared"] == n_requests
+    assert set(timing["break_even"]["qualitative"]["suffix"]["D=3"]) == {"system", "user", "batch_sizes"}
+    rows = list(csv.reader((out / "acceptance_length.csv").open()))
+    header = rows[0]
+    assert header[0] == "Model" and header[-1] == "Overall"
+    cats = header[1:-1]
+    order = ["coding", "humanities", "math", "multilingual", "qa", "rag"]
+    assert cats == order
+    assert [r[0] for r in rows[1:]] == ["ngram D=2", "ngram D=3", "suffix D=2", "suffix D=3"]
+    for r in rows[1:]:
+        vals = [float(x) for x in r[1:-1] if x]
+        assert all(len(x.split(".")[1]) == 2 for x in r[1:] if x)
+        assert float(r[-1]) == pytest.approx(sum(vals) / len(vals), abs=0.006)
+    resp = [json.loads(l) for l in (out / "specbench_responses.jsonl").read_text().splitlines()]
+    assert len(resp) == 5 * 2 * n_requests
+    assert {"question_id", "category", "turns", "choices"} <= set(resp[0])
+    assert resp[0]["choices"][0]["index"] == 0 and isinstance(resp[0]["choices"][0]["turns"], list)
+    md = (out / "report.md").read_text()
+    assert "Break-even" in md and "Losslessness" in md
+
+
+def test_sweep_outputs_and_multiturn(tmp_path):
+    out = tmp_path / "run"
+    be = FakeBackend()
+    run_bench(_cfg(out), backend=be)
+    _check_outputs(out)
+    recs = read_results(out)
+    assert len(recs) == 5 * 2 * 6  # (baseline + 2 drafters x 2 D) x 2 batch sizes x 6 requests
+    conf = json.loads((out / "configuration.json").read_text())
+    assert conf["settings"]["max_new_tokens"] == 12 and "torch" in conf["versions"]
+    assert "target" in conf["models"]
+
+
+def test_multiturn_history_reencoded(tmp_path):
+    ds = tmp_path / "mt.jsonl"
+    ds.write_text(json.dumps({"question_id": "m", "category": "writing", "turns": ["First?", "Second?"]}) + "\n")
+    be = FakeBackend()
+    run_bench(_cfg(tmp_path / "r", drafters=[], datasets=[str(ds)], batch_sizes=[1], num_requests=None,
+                   warmup=False), backend=be)
+    p1, p2 = (be.tokenizer.decode(p) for p in be.prompts_seen)
+    assert p1 == "User: First?\nAssistant:"
+    assert p2.startswith("User: First?\nAssistant: ") and p2.endswith("\nUser: Second?\nAssistant:")
+    (rec,) = read_results(tmp_path / "r")
+    assert len(rec["outputs"]) == 2 and rec["turns"] == ["First?", "Second?"]
+
+
+def test_resume_after_kill(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        run_bench(_cfg(out), backend=FakeBackend(fail_after=17))
+    lines_before = (out / RESULTS_FILE).read_text().splitlines()
+    assert 0 < len(lines_before) < 60
+    # a kill while writing leaves a torn last line: it is dropped, not fatal
+    with (out / RESULTS_FILE).open("a") as f:
+        f.write('{"key": "qualitative|none|D=0|bs=1", "question_id": "to')
+    be = FakeBackend()
+    run_bench(_cfg(out, plots=False), backend=be)
+    lines_after = (out / RESULTS_FILE).read_text().splitlines()
+    assert lines_after[:len(lines_before)] == lines_before  # nothing lost or rewritten
+    recs = [json.loads(l) for l in lines_after]
+    keys = [(r["key"], r["question_id"]) for r in recs]
+    assert len(keys) == len(set(keys)) == 60  # nothing redone twice, nothing missing
+    _check_outputs(out, plots=False)
+    # a third run has nothing left to do
+    be3 = FakeBackend()
+    run_bench(_cfg(out, plots=False), backend=be3)
+    assert be3.calls == 0
+    # different settings are refused
+    with pytest.raises(ValueError, match="different settings"):
+        run_bench(_cfg(out, max_new_tokens=13), backend=FakeBackend())
+
+
+def test_throughput_set(tmp_path):
+    out = tmp_path / "tp"
+    be = FakeBackend()
+    run_bench(_cfg(out, drafters=["ngram"], draft_lengths=[2], batch_sizes=[3], datasets=["throughput-256"],
+                   num_requests=3, warmup=False, plots=False), backend=be)
+    assert {len(p) for p in be.prompts_seen} == {256}
+    header = (out / "acceptance_length.csv").read_text().splitlines()[0]
+    assert header == "Model,low_entropy,mixed,high_entropy,Overall"
+
+
+def _engine_available():
+    try:
+        import draftwise
+
+        return hasattr(draftwise, "generate")
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.mark.skipif(not _engine_available(), reason="engine not built yet")
+def test_cli_real_engine_tiny_model(tmp_path):
+    import torch
+
+    from draftwise.bench._testing import make_tiny_target
+    from draftwise.cli import main
+
+    torch.set_num_threads(1)
+    target = make_tiny_target(tmp_path / "tiny")
+    out = tmp_path / "run"
+    rc = main(["bench", "--target", str(target), "--drafter", "ngram", "-D", "2", "-D", "3",
+               "--batch-sizes", "1,2", "--dataset", "qualitative", "--num-requests", "4",
+               "--max-new-tokens", "10", "--out", str(out), "--no-progress", "--no-plots"])
+    assert rc == 0
+    timing = json.loads((out / "timing.json").read_text())
+    for d in ("D=2", "D=3"):
+        for bs in ("bs=1", "bs=2"):
+            ll = timing["results"]["qualitative"]["ngram"][d][bs]["lossless"]
+            assert ll["share"] == 1.0, ll  # fp32 greedy: token for token the baseline
+    conf = json.loads((out / "configuration.json").read_text())
+    assert any(name.endswith(".safetensors") for name in conf["models"]["target"]["files"])
+    assert len(read_results(out)) == 3 * 2 * 4
