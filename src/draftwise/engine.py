@@ -85,7 +85,7 @@ def decode(
     tokens, lengths = pad_rows([p[:-1] for p in prompts], dev)
     hidden = {}
     if tokens.shape[1] > 0:
-        _, hidden = target.forward(tokens, lengths, hidden_layers)
+        _, hidden = target.forward(tokens, lengths, hidden_layers, need_logits=False)
     stats.t_prefill = now()
     active = list(range(B))
     ctx = DraftContext(sequences=[list(p) for p in prompts], params=params, generator=generator,

@@ -80,6 +80,7 @@ class ModelRunner:
         self._cache_arg = next(n for n in ("cache", "past_key_values", "cache_params") if n in params)
         self._takes_positions = "position_ids" in params
         self._takes_mask = "attention_mask" in params
+        self._takes_keep = "logits_to_keep" in params
         text_cfg = self.config.get_text_config() if hasattr(self.config, "get_text_config") else self.config
         self.max_positions = getattr(text_cfg, "max_position_embeddings", None) or getattr(text_cfg, "n_positions", None)
         self.num_layers = getattr(text_cfg, "num_hidden_layers", None) or getattr(text_cfg, "n_layer", None)
@@ -115,11 +116,12 @@ class ModelRunner:
 
     # --- forward -----------------------------------------------------------------------------
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, hidden_layers: tuple[int, ...] = ()
-                ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, hidden_layers: tuple[int, ...] = (),
+                need_logits: bool = True) -> tuple[torch.Tensor | None, dict[int, torch.Tensor]]:
         """Append lengths[r] ≤ W tokens to each row; return logits [B, W, V] (float32) and the
         requested hidden states {layer: [B, W, d]} (layer 0 = embeddings, i = after decoder layer i).
-        Entries at j ≥ lengths[r] are padding: their outputs are meaningless."""
+        Entries at j ≥ lengths[r] are padding: their outputs are meaningless. need_logits=False
+        (a prefill that only fills the cache) skips most of the LM head and returns None."""
         W = tokens.shape[1]
         reach = int((self.seq_lens + lengths).max())
         if self.max_positions is not None and reach > self.max_positions:
@@ -133,10 +135,12 @@ class ModelRunner:
         if self.stateful and self._mark is not None:
             self._appended.append((tokens, lengths))
         if self.stateful and bool((lengths < W).any()):
-            return self._forward_levels(tokens, lengths, hidden_layers)
-        return self._forward_once(tokens, lengths, hidden_layers)
+            logits, hidden = self._forward_levels(tokens, lengths, hidden_layers, need_logits)
+        else:
+            logits, hidden = self._forward_once(tokens, lengths, hidden_layers, need_logits)
+        return (logits if need_logits else None), hidden
 
-    def _forward_once(self, tokens, lengths, hidden_layers):
+    def _forward_once(self, tokens, lengths, hidden_layers, need_logits=True):
         W = tokens.shape[1]
         steps = torch.arange(W, device=self.device)[None, :]
         positions = self.seq_lens[:, None] + steps
@@ -150,12 +154,14 @@ class ModelRunner:
             kwargs["position_ids"] = positions
         if hidden_layers:
             kwargs["output_hidden_states"] = True
+        if not need_logits and self._takes_keep:
+            kwargs["logits_to_keep"] = 1
         out = self.model(input_ids=tokens, **kwargs)
         self.seq_lens = self.seq_lens + lengths
         hidden = {i: out.hidden_states[i] for i in hidden_layers} if hidden_layers else {}
         return out.logits.float(), hidden
 
-    def _forward_levels(self, tokens, lengths, hidden_layers):
+    def _forward_levels(self, tokens, lengths, hidden_layers, need_logits=True):
         """Recurrent state cannot skip padding, so feed the block in chunks that end at each
         distinct row length, restoring the recurrent state of rows that already ended."""
         B, W = tokens.shape
@@ -164,13 +170,14 @@ class ModelRunner:
         for e in sorted({int(x) for x in lengths.tolist() if x > 0}):
             done = lengths <= s
             snap = kv.snapshot_recurrent(self.cache) if bool(done.any()) else None
-            lg, hd = self._forward_once(tokens[:, s:e], torch.where(done, 0, e - s), hidden_layers)
+            lg, hd = self._forward_once(tokens[:, s:e], torch.where(done, 0, e - s), hidden_layers, need_logits)
             if snap is not None:
                 kv.restore_recurrent(self.cache, snap, done)
-            if logits is None:
-                logits = lg.new_zeros(B, W, lg.shape[-1])
+            if hidden is None:
+                logits = lg.new_zeros(B, W, lg.shape[-1]) if need_logits else None
                 hidden = {i: h.new_zeros(B, W, h.shape[-1]) for i, h in hd.items()}
-            logits[:, s:e] = lg
+            if need_logits:
+                logits[:, s:e] = lg
             for i, h in hd.items():
                 hidden[i][:, s:e] = h
             s = e
@@ -198,7 +205,7 @@ class ModelRunner:
             self.valid = self.valid[:, :start]
             self.seq_lens = lens0.clone()
             if tokens.shape[1] > 0:
-                self.forward(tokens, keep)
+                self.forward(tokens, keep, need_logits=False)
             return
         cols = self.valid[:, start:]
         self.valid[:, start:] = cols & (cols.long().cumsum(1) <= keep[:, None])
