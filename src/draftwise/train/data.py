@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .trainer import DataStream, IndexedStream
+from .trainer import IndexedStream
 
 FULL_LOGPROBS_MAX_VOCAB = 4096  # above this, keep only the top-k by default
 
@@ -225,7 +225,7 @@ def write_shards(out_dir, stream: OnlineStream, num_batches: int, hidden_dtype=N
     return meta
 
 
-class OfflineStream(DataStream):
+class OfflineStream(IndexedStream):
     """Sequences from the shards, shuffled per epoch by (seed, epoch); batch i is a pure function of i."""
 
     def __init__(self, shard_dir, batch_size: int, seed: int = 0, layers=None):
@@ -246,8 +246,9 @@ class OfflineStream(DataStream):
                 raise ValueError(f"shards in {str(shard_dir)!r} hold hidden states of layers {sorted(have)}, "
                                  f"the drafter needs {miss} too; regenerate them")
         self.N = self.data["input_ids"].shape[0]
-        self.batch_size, self.seed, self.index = int(batch_size), seed, 0
+        self.batch_size, self.seed = int(batch_size), seed
         self._perm = (-1, None)
+        super().__init__(self.batch)
 
     def batch(self, i: int) -> dict:
         B = self.batch_size
@@ -259,18 +260,6 @@ class OfflineStream(DataStream):
             idx.append(int(self._perm[1][k]))
         ix = torch.tensor(idx)
         return _unflatten({k: v.index_select(0, ix) for k, v in self.data.items()})
-
-    def __iter__(self):
-        while True:
-            b = self.batch(self.index)
-            self.index += 1
-            yield b
-
-    def state_dict(self) -> dict:
-        return {"index": self.index}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.index = int(state["index"])
 
 
 def heldout_prompts(tokens: np.ndarray, n: int, length: int, seed: int = 12345) -> list[list[int]]:
