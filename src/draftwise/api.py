@@ -6,7 +6,7 @@ from typing import Sequence
 import torch
 from transformers import PreTrainedModel
 
-from .drafters.base import Drafter, build_drafter
+from .drafters.base import build_drafter
 from .engine import DraftScheduler, StopChecker, StreamCallback, decode
 from .sampling import check_sampling_params
 from .target import ModelRunner, load_causal_lm, load_tokenizer
@@ -130,7 +130,7 @@ def generate(
     for i, p in enumerate(ids):
         if max(p) >= tgt.vocab_size or min(p) < 0:
             raise ValueError(f"prompt {i} holds token id {max(p)} outside the target's vocabulary of {tgt.vocab_size}")
-    draft = build_drafter(drafter, tgt) if not isinstance(drafter, Drafter) else drafter
+    draft = build_drafter(drafter, tgt)
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     stopper = StopChecker(set() if ignore_eos else _eos_ids(tgt), stops, int(max_new_tokens), tgt.tokenizer)
     if adaptive:
