@@ -128,16 +128,6 @@ def test_throughput_set(tmp_path):
     assert header == "Model,low_entropy,mixed,high_entropy,Overall"
 
 
-def _engine_available():
-    try:
-        import draftwise
-
-        return hasattr(draftwise, "generate")
-    except Exception:  # noqa: BLE001
-        return False
-
-
-@pytest.mark.skipif(not _engine_available(), reason="engine not built yet")
 def test_cli_real_engine_tiny_model(tmp_path):
     import torch
 
@@ -149,13 +139,13 @@ def test_cli_real_engine_tiny_model(tmp_path):
     out = tmp_path / "run"
     rc = main(["bench", "--target", str(target), "--drafter", "ngram", "-D", "2", "-D", "3",
                "--batch-sizes", "1,2", "--dataset", "qualitative", "--num-requests", "4",
-               "--max-new-tokens", "10", "--out", str(out), "--no-progress", "--no-plots"])
+               "--max-new-tokens", "10", "--out", str(out), "--no-progress", "--no-plots", "--adaptive"])
     assert rc == 0
     timing = json.loads((out / "timing.json").read_text())
-    for d in ("D=2", "D=3"):
+    for dr, d in (("ngram", "D=2"), ("ngram", "D=3"), ("ngram+adaptive", "D=3")):
         for bs in ("bs=1", "bs=2"):
-            ll = timing["results"]["qualitative"]["ngram"][d][bs]["lossless"]
+            ll = timing["results"]["qualitative"][dr][d][bs]["lossless"]
             assert ll["share"] == 1.0, ll  # fp32 greedy: token for token the baseline
     conf = json.loads((out / "configuration.json").read_text())
     assert any(name.endswith(".safetensors") for name in conf["models"]["target"]["files"])
-    assert len(read_results(out)) == 3 * 2 * 4
+    assert len(read_results(out)) == 4 * 2 * 4     # baseline, D=2, D=3, adaptive × 2 batch sizes

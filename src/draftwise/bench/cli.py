@@ -45,6 +45,9 @@ def add_cli(sub) -> None:
     p.add_argument("--per-tier", type=int, default=None,
                    help="throughput sets: prompts per entropy tier (default: enough for --num-requests, else 8)")
     p.add_argument("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens")
+    p.add_argument("--adaptive", action="store_true",
+                   help="also run each drafter with run-time adaptive D (up to the largest -D), "
+                        "reported as '<drafter>+adaptive'")
     p.add_argument("--no-warmup", dest="warmup", action="store_false")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="skip the PNG plots")
@@ -95,6 +98,9 @@ def run_bench_cli(args) -> int:
         return 0
     datasets = args.dataset or ["qualitative"]
     if args.server:
+        if args.adaptive:
+            raise ValueError("--adaptive drives the built-in engine's scheduler; a server chooses its own D "
+                             "(drop --adaptive with --server)")
         from draftwise.bench.client import ClientConfig, run_client
 
         cfg = ClientConfig(server=args.server, model=args.model, out=args.out,
@@ -117,7 +123,7 @@ def run_bench_cli(args) -> int:
                       max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                       top_p=args.top_p, seed=args.seed, dtype=args.dtype, prompt_format=args.prompt_format,
                       per_tier=args.per_tier, warmup=args.warmup, ignore_eos=args.ignore_eos,
-                      progress=args.progress, plots=args.plots)
+                      adaptive=args.adaptive, progress=args.progress, plots=args.plots)
     try:
         out = run_bench(cfg)
     except KeyboardInterrupt:

@@ -33,6 +33,7 @@ from draftwise.bench.datasets import Request, first_messages, load_dataset, rend
 RESULTS_FILE = "results.jsonl"
 CONFIG_FILE = "configuration.json"
 BASELINE = "none"
+ADAPTIVE = "+adaptive"   # drafter label suffix: run-time D up to the largest -D (DSpark prefix scheduler)
 
 # settings that must match when resuming into an existing run directory
 _GLOBAL_KEYS = ("target", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "dtype",
@@ -58,6 +59,7 @@ class BenchConfig:
     per_tier: Optional[int] = None
     warmup: bool = True
     ignore_eos: bool = False
+    adaptive: bool = False      # also run each drafter with run-time adaptive D (label "<drafter>+adaptive")
     progress: bool = True
     plots: bool = True
 
@@ -80,7 +82,16 @@ def sweep_units(cfg: BenchConfig) -> list[tuple[str, str, int, int]]:
             for dr in drafters:
                 for D in cfg.draft_lengths:
                     units.append((ds, dr, int(D), bs))
+                if cfg.adaptive:
+                    units.append((ds, dr + ADAPTIVE, int(max(cfg.draft_lengths)), bs))
     return units
+
+
+def split_adaptive(label: str) -> tuple[str, bool]:
+    """(drafter spec, adaptive?) of a drafter label."""
+    if label.endswith(ADAPTIVE):
+        return label[: -len(ADAPTIVE)], True
+    return label, False
 
 
 # ------------------------------------------------------------------------------------ backend
@@ -102,6 +113,7 @@ class EngineBackend:
         self.max_positions = getattr(self.target, "max_positions", None)
 
     def drafter(self, spec: str):
+        spec = split_adaptive(spec)[0]
         if spec == BASELINE:
             return None
         if spec not in self._drafters:
@@ -117,10 +129,12 @@ class EngineBackend:
     def generate(self, prompts: list[list[int]], drafter: str, D: int, max_new_tokens: int, *,
                  temperature: float = 0.0, top_k=None, top_p=None, seed=None, ignore_eos=False,
                  stop=None, stream=None) -> list[dict[str, Any]]:
-        """One engine call; ``stream(row, new_ids)`` is called per step when given."""
+        """One engine call; ``stream(row, new_ids)`` is called per step when given. A drafter label
+        ending in ``+adaptive`` drafts D tokens and lets the run-time scheduler pick how many to verify."""
         outs = self._dw.generate(self.target, prompts, drafter=self.drafter(drafter), num_draft_tokens=D,
                                  max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                                 top_p=top_p, seed=seed, ignore_eos=ignore_eos, stop=stop, stream=stream)
+                                 top_p=top_p, seed=seed, ignore_eos=ignore_eos, stop=stop, stream=stream,
+                                 adaptive=split_adaptive(drafter)[1])
         return [{"token_ids": list(o.token_ids), "text": o.text, "accept_lengths": list(o.accept_lengths),
                  "num_drafted": list(o.num_drafted), "token_times": list(o.token_times),
                  "finish_reason": o.finish_reason} for o in outs]
