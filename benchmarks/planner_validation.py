@@ -1,0 +1,246 @@
+"""Does the planner predict what this machine measures? (planner issue, validation)
+
+    python benchmarks/planner_validation.py --target zoo/target \
+        --drafter draft-model:zoo/draft --drafter ngram --out runs/planner-validation
+
+1. `draftwise profile` of the target on a coarse grid (batch 1, 4, 16 × D 0, 3, 8 × both contexts):
+   the only timing the planner sees (OUT/profile.json);
+2. the measured sweep, `draftwise bench` with the built-in engine: plain decoding and D = 1 … 8 per
+   drafter, plus run-time adaptive D, at batch 1, 2, 4, 8, 16, on two throughput sets (prompt
+   lengths 256 and 1k tokens), greedy, fixed output length (OUT/sweep; rerunning resumes);
+3. per drafter and context, the per-position conditional acceptance of the largest-D run: the
+   planner's acceptance input (the benchmark issue's metric);
+4. `draftwise.planner.predict(...)` for every cell (drafter, batch, D, context);
+5. comparison: best D (argmax of throughput, D = 0 included) predicted vs measured, predicted vs
+   measured speedup over plain decoding, adaptive D vs the best fixed D; a plot and
+   OUT/summary.json + OUT/summary.md.
+
+Throughput here is decode throughput: generated tokens after each row's first step over the time
+from the batch's first step to its last token, so the prefill (one pass, the same for every D)
+does not dilute the per-step costs the planner models.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+os.environ.setdefault("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824")
+
+DATASETS = {"throughput-256": 256, "throughput-1k": 1024}
+
+
+def decode_throughput(records: list[dict]) -> float:
+    """Σ tokens after the first step / Σ over batches (last token time − first step time)."""
+    windows = defaultdict(list)
+    for r in records:
+        for o in r["outputs"]:
+            windows[o["window"]].append(o)
+    tokens, span = 0, 0.0
+    for outs in windows.values():
+        firsts = [o["chunk_times"][0] for o in outs if o["chunk_times"]]
+        lasts = [o["chunk_times"][-1] for o in outs if o["chunk_times"]]
+        if not firsts:
+            continue
+        tokens += sum(o["num_tokens"] - (o["step_lengths"][0] if o["step_lengths"] else 0) for o in outs)
+        span += max(lasts) - min(firsts)
+    return tokens / span if span > 0 else float("nan")
+
+
+def conditional_acceptance(records: list[dict], D: int) -> list[float]:
+    """α_k = P(draft k accepted | drafts < k accepted), from the steps that verified D drafts."""
+    reach = [0] * (D + 1)     # reach[k]: steps whose first k drafts were accepted
+    for r in records:
+        for o in r["outputs"]:
+            for L, n in zip(o["step_lengths"], o["drafted"]):
+                if n != D:
+                    continue   # the last steps of a row draft fewer (max_new_tokens)
+                for k in range(min(L - 1, D) + 1):
+                    reach[k] += 1
+    return [reach[k] / reach[k - 1] if reach[k - 1] else 0.0 for k in range(1, D + 1)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="zoo/target")
+    ap.add_argument("--drafter", action="append", help="drafter spec, repeatable (default: draft-model:zoo/draft, ngram)")
+    ap.add_argument("--draft-model", default=None, help="config of the draft model (default: from a draft-model: spec)")
+    ap.add_argument("--max-draft", type=int, default=8)
+    ap.add_argument("--batch-sizes", default="1,2,4,8,16")
+    ap.add_argument("--dataset", action="append", help=f"throughput sets (default: {', '.join(DATASETS)})")
+    ap.add_argument("--num-requests", type=int, default=16)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--profile-batch-sizes", default="1,4,16")
+    ap.add_argument("--profile-draft-tokens", default="0,3,8")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--tolerance", type=float, default=0.15, help="speedup error counted as a hit")
+    ap.add_argument("--out", default="runs/planner-validation")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args()
+
+    import torch
+
+    from draftwise.bench.runner import ADAPTIVE, BASELINE, BenchConfig, read_results, run_bench
+    from draftwise.planner import predict
+    from draftwise.planner.acceptance import Acceptance
+    from draftwise.planner.profile import profile, save_profile
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    drafters = args.drafter or ["draft-model:zoo/draft", "ngram"]
+    datasets = args.dataset or list(DATASETS)
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    Ds = list(range(1, args.max_draft + 1))
+    draft_cfg = args.draft_model or next((d.split(":", 1)[1] for d in drafters if d.startswith("draft-model:")), None)
+
+    # 1. the planner's only timing input: a coarse profile of this machine and target
+    prof = out / "profile.json"
+    ctx = {ds: DATASETS.get(ds, 512) + args.max_new_tokens // 2 for ds in datasets}
+    if not prof.exists():
+        hw = profile(args.target, batch_sizes=[int(b) for b in args.profile_batch_sizes.split(",")],
+                     draft_tokens=[int(d) for d in args.profile_draft_tokens.split(",")],
+                     context_lengths=sorted(set(ctx.values())), log=print)
+        save_profile(hw, prof)
+
+    # 2. the measured sweep (resumable)
+    sweep = out / "sweep"
+    run_bench(BenchConfig(target=args.target, out=str(sweep), drafters=drafters, draft_lengths=Ds,
+                          batch_sizes=batch_sizes, datasets=datasets, num_requests=args.num_requests,
+                          max_new_tokens=args.max_new_tokens, ignore_eos=True, adaptive=True,
+                          progress=not args.no_progress, plots=False))
+    groups = defaultdict(list)
+    for r in read_results(sweep):
+        groups[(r["dataset"], r["drafter"], int(r["D"]), int(r["batch_size"]))].append(r)
+    thr = {k: decode_throughput(v) for k, v in groups.items()}
+
+    cells, adaptive_rows = [], []
+    for ds in datasets:
+        L = ctx[ds]
+        # 3. acceptance per drafter at this context, from the largest-D run at batch 1
+        acc = {d: Acceptance(conditional_acceptance(groups[(ds, d, Ds[-1], batch_sizes[0])], Ds[-1]), name=d,
+                          extrapolate="zero")
+               for d in drafters}
+        # 4. the planner's prediction for every cell
+        pred = predict(args.target, str(prof), acceptance=acc, draft_model=draft_cfg, batch_sizes=batch_sizes,
+                       draft_tokens=[0] + Ds, context_lengths=[L])
+        P = {(p["drafter"], p["batch_size"], p["num_draft_tokens"]): p for p in pred}
+        for d in drafters:
+            for B in batch_sizes:
+                base = thr[(ds, BASELINE, 0, B)]
+                meas = {0: base, **{D: thr[(ds, d, D, B)] for D in Ds}}
+                prd = {D: P[(d, B, D)]["throughput_tok_s"] for D in [0] + Ds}
+                best_m, best_p = max(meas, key=meas.get), max(prd, key=prd.get)
+                sp_m = {D: meas[D] / base for D in meas}
+                sp_p = {D: P[(d, B, D)]["speedup"] for D in meas}
+                err_at_pred = abs(sp_p[best_p] - sp_m[best_p]) / sp_m[best_p]
+                cells.append({"dataset": ds, "context": L, "drafter": d, "batch_size": B,
+                              "best_D_measured": best_m, "best_D_predicted": best_p,
+                              "best_D_hit": abs(best_m - best_p) <= 1,
+                              "speedup_measured": {str(k): round(v, 4) for k, v in sp_m.items()},
+                              "speedup_predicted": {str(k): round(v, 4) for k, v in sp_p.items()},
+                              "speedup_error_at_predicted_D": round(err_at_pred, 4),
+                              "speedup_hit": err_at_pred <= args.tolerance,
+                              "throughput_loss_of_predicted_D": round(1 - meas[best_p] / meas[best_m], 4),
+                              "acceptance": [round(a, 4) for a in acc[d].conditional]})
+                ad = thr.get((ds, d + ADAPTIVE, Ds[-1], B))
+                if ad is not None:
+                    adaptive_rows.append({"dataset": ds, "drafter": d, "batch_size": B, "best_fixed_D": best_m,
+                                          "adaptive_over_best_fixed": round(ad / meas[best_m], 4),
+                                          "adaptive_speedup": round(ad / base, 4)})
+
+    n = len(cells)
+    all_err = [abs(float(c["speedup_predicted"][k]) - v) / v for c in cells
+               for k, v in ((k, float(v)) for k, v in c["speedup_measured"].items()) if k != "0"]
+    summary = {
+        "cells": n,
+        "best_D_within_1": sum(c["best_D_hit"] for c in cells) / n,
+        "speedup_within_tolerance_at_predicted_D": sum(c["speedup_hit"] for c in cells) / n,
+        "speedup_mean_abs_rel_error_all_D": sum(all_err) / len(all_err),
+        "speedup_within_tolerance_all_D": sum(e <= args.tolerance for e in all_err) / len(all_err),
+        "mean_throughput_loss_of_predicted_D": sum(c["throughput_loss_of_predicted_D"] for c in cells) / n,
+        "adaptive_min_over_best_fixed": min((a["adaptive_over_best_fixed"] for a in adaptive_rows), default=None),
+        "tolerance": args.tolerance, "cell_results": cells, "adaptive": adaptive_rows,
+        "command": "python benchmarks/planner_validation.py " + " ".join(
+            f"--drafter {d}" for d in drafters) + f" --target {args.target} --out {args.out}",
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.md").write_text(render_markdown(summary, batch_sizes))
+    plot(cells, out / "predicted_vs_measured.png")
+    print(render_markdown(summary, batch_sizes))
+
+
+def render_markdown(s: dict, batch_sizes: list[int]) -> str:
+    L = [f"{s['cells']} cells (drafter × batch × context): predicted best D within ±1 of the measured best in "
+         f"**{s['best_D_within_1']:.0%}**; predicted speedup at the predicted D within "
+         f"{s['tolerance']:.0%} in **{s['speedup_within_tolerance_at_predicted_D']:.0%}**; over all D "
+         f"{s['speedup_within_tolerance_all_D']:.0%} within {s['tolerance']:.0%} (mean error "
+         f"{s['speedup_mean_abs_rel_error_all_D']:.1%}); throughput lost by running the predicted instead of "
+         f"the measured best D: {s['mean_throughput_loss_of_predicted_D']:.1%} on average.", "",
+         "| context | drafter | " + " | ".join(f"B={b}" for b in batch_sizes) + " |",
+         "|---|---|" + "---|" * len(batch_sizes)]
+    rows = defaultdict(dict)
+    for c in s["cell_results"]:
+        rows[(c["context"], c["drafter"])][c["batch_size"]] = c
+    for (ctx, d), by_b in rows.items():
+        def fmt(c):
+            m, p = c["best_D_measured"], c["best_D_predicted"]
+            return (f"D {m}/{p}, {float(c['speedup_measured'][str(m)]):.2f}×/"
+                    f"{float(c['speedup_predicted'][str(p)]):.2f}×" + ("" if c["best_D_hit"] else " ✗"))
+        L.append(f"| {ctx} | {d} | " + " | ".join(fmt(by_b[b]) if b in by_b else "" for b in batch_sizes) + " |")
+    L += ["", "Cells: best D measured/predicted, speedup measured at the measured best / predicted at the "
+          "predicted best; ✗ = best D off by more than 1.", ""]
+    if s["adaptive"]:
+        L += ["| context | drafter | " + " | ".join(f"B={b}" for b in batch_sizes) + " |",
+              "|---|---|" + "---|" * len(batch_sizes)]
+        arows = defaultdict(dict)
+        for a in s["adaptive"]:
+            arows[(a["dataset"], a["drafter"])][a["batch_size"]] = a
+        for (ds, d), by_b in arows.items():
+            L.append(f"| {ds} | {d} | " + " | ".join(
+                f"{by_b[b]['adaptive_over_best_fixed']:.2f}" if b in by_b else "" for b in batch_sizes) + " |")
+        L += ["", "Adaptive D throughput / best fixed D throughput (measured).", ""]
+    return "\n".join(L)
+
+
+def plot(cells: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 5))
+    points = defaultdict(lambda: ([], []))
+    for c in cells:
+        xs, ys = points[(c["drafter"], c["context"])]
+        for k, v in c["speedup_measured"].items():
+            if k != "0":
+                xs.append(float(v))
+                ys.append(float(c["speedup_predicted"][k]))
+    for i, ((d, ctx), (xs, ys)) in enumerate(points.items()):
+        a.scatter(xs, ys, s=10, marker="osv^D<>p"[i % 8], alpha=0.6, label=f"{d} L={ctx}")
+    lim = [0, max(1.5, max(float(v) for c in cells for v in c["speedup_measured"].values()) * 1.1)]
+    a.plot(lim, lim, "k-", lw=0.8)
+    a.fill_between(lim, [x * 0.85 for x in lim], [x * 1.15 for x in lim], color="gray", alpha=0.15)
+    a.set(xlabel="measured speedup over plain decoding", ylabel="predicted speedup",
+          title="every (drafter, batch, D, context); band = ±15 %")
+    a.legend(fontsize=7)
+    by = defaultdict(list)
+    for c in cells:
+        by[(c["drafter"], c["context"])].append(c)
+    for i, (key, cs) in enumerate(by.items()):
+        cs = sorted(cs, key=lambda c: c["batch_size"])
+        bs = [c["batch_size"] for c in cs]
+        line, = b.plot(bs, [c["best_D_measured"] for c in cs], "-o", label=f"{key[0]} L={key[1]} measured")
+        b.plot(bs, [c["best_D_predicted"] for c in cs], "--x", color=line.get_color(), label="predicted")
+    b.set(xscale="log", xlabel="batch size", ylabel="best D", title="best number of drafted tokens")
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
