@@ -70,7 +70,11 @@ def pad_rows(rows: list[list[int]], device="cpu") -> tuple[torch.Tensor, torch.T
 class ModelRunner:
     """Drives one model over a ragged batch. Holes in the attention cache are hidden by `valid`."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer=None):
+    def __init__(self, model: PreTrainedModel, tokenizer=None, lean: bool = False):
+        """lean: run supported Llama-family models through `draftwise.lean` (draft models only:
+        the target keeps Hugging Face's own forward, the reference of greedy exactness)."""
+        from .lean import LeanForward, supports
+
         self.model = model.eval()
         self.config = model.config
         self.tokenizer = tokenizer
@@ -88,6 +92,7 @@ class ModelRunner:
         probe = DynamicCache(config=self.config)
         self.stateful = kv.has_recurrent_layers(probe)
         self.window = kv.sliding_window(probe)
+        self._lean = LeanForward(model) if lean and supports(model) and not self.stateful else None
         self.reset(0)
 
     # --- state -----------------------------------------------------------------------------
@@ -147,6 +152,10 @@ class ModelRunner:
         if self.max_positions is not None:
             positions = positions.clamp(max=self.max_positions - 1)
         self.valid = torch.cat([self.valid, steps < lengths[:, None]], dim=1)
+        if self._lean is not None and not hidden_layers:
+            logits = self._lean(tokens, positions, self.valid, self.cache, last_only=not need_logits)
+            self.seq_lens = self.seq_lens + lengths
+            return logits.float(), {}
         kwargs = {self._cache_arg: self.cache, "use_cache": True}
         if self._takes_mask:
             kwargs["attention_mask"] = self.valid.long()

@@ -39,8 +39,8 @@ def perturbed_copy(model, scale: float, seed: int = 0):
 class DraftModelDrafter(Drafter):
     name = "draft-model"
 
-    def __init__(self, model, target_vocab: int):
-        self.runner = ModelRunner(model)
+    def __init__(self, model, target_vocab: int, lean: bool = True):
+        self.runner = ModelRunner(model, lean=lean)
         self.target_vocab = target_vocab
 
     def start(self, ctx: DraftContext) -> None:

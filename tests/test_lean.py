@@ -1,0 +1,52 @@
+"""The lean draft-model forward computes what Hugging Face's forward computes, holes and all."""
+import pytest
+import torch
+import transformers as T
+
+from draftwise.lean import supports
+from draftwise.target import ModelRunner, pad_rows
+from tiny_models import COMMON, build
+
+CASES = {
+    "llama": lambda: build("llama"),
+    "qwen3": lambda: build("qwen3"),
+    "qwen2": lambda: T.Qwen2ForCausalLM(T.Qwen2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                                      num_key_value_heads=2, intermediate_size=128, **COMMON)).eval(),
+    "mistral": lambda: T.MistralForCausalLM(T.MistralConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                                            num_key_value_heads=1, intermediate_size=128,
+                                                            sliding_window=None, **COMMON)).eval(),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(CASES))
+def test_lean_matches_hf_on_ragged_steps_with_rollback(arch):
+    torch.manual_seed(0)
+    model = CASES[arch]()
+    assert supports(model)
+    hf, lean = ModelRunner(model), ModelRunner(model, lean=True)
+    assert lean._lean is not None and hf._lean is None
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, 128, (n,), generator=g).tolist() for n in (5, 1, 9)]
+    for r in (hf, lean):
+        r.reset(3)
+    toks, lens = pad_rows(prompts, "cpu")
+    outs = [r.forward(toks, lens)[0] for r in (hf, lean)]
+    for step in range(6):
+        lens = torch.tensor([1 + (step + i) % 4 for i in range(3)])
+        toks = torch.randint(0, 128, (3, int(lens.max())), generator=g)
+        outs = []
+        for r in (hf, lean):
+            r.mark()
+            outs.append(r.forward(toks, lens)[0])
+            r.rollback((lens - step % 3).clamp_min(1))      # leave holes in the cache
+        for b in range(3):   # compare the real positions only (padding outputs are meaningless)
+            n = int(lens[b])
+            torch.testing.assert_close(outs[1][b, :n], outs[0][b, :n], rtol=1e-4, atol=1e-4)
+    assert torch.equal(hf.seq_lens, lean.seq_lens) and torch.equal(hf.valid, lean.valid)
+
+
+def test_unsupported_models_keep_hf_forward():
+    for arch in ("gpt2", "mixtral", "mistral_swa", "qwen3_next"):
+        m = build(arch)
+        assert not supports(m)
+        assert ModelRunner(m, lean=True)._lean is None
