@@ -24,10 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections import defaultdict
 from pathlib import Path
 
-os.environ.setdefault("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824")
+TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+if os.environ.get("GLIBC_TUNABLES") != TUNABLES:  # read by glibc at start-up only: re-exec (see BENCHMARKS.md)
+    os.environ["GLIBC_TUNABLES"] = TUNABLES
+    os.execv(sys.executable, [sys.executable] + sys.argv)
 
 DATASETS = {"throughput-256": 256, "throughput-1k": 1024}
 
@@ -49,16 +53,20 @@ def decode_throughput(records: list[dict]) -> float:
     return tokens / span if span > 0 else float("nan")
 
 
-def conditional_acceptance(records: list[dict], D: int) -> list[float]:
-    """α_k = P(draft k accepted | drafts < k accepted), from the steps that verified D drafts."""
+def conditional_acceptance(records: list[dict], D: int, max_new_tokens: int) -> list[float]:
+    """α_k = P(draft k proposed and accepted | drafts < k accepted), over the steps run with the
+    full D available (steps cut short by max_new_tokens are left out). A drafter that proposes
+    fewer than D tokens (an n-gram without a long match) counts as rejected beyond its proposal, so
+    E[τ(D)] = 1 + Σ_k Π_{j≤k} α_j matches what the drafter really delivers."""
     reach = [0] * (D + 1)     # reach[k]: steps whose first k drafts were accepted
     for r in records:
         for o in r["outputs"]:
-            for L, n in zip(o["step_lengths"], o["drafted"]):
-                if n != D:
-                    continue   # the last steps of a row draft fewer (max_new_tokens)
-                for k in range(min(L - 1, D) + 1):
-                    reach[k] += 1
+            produced = 0
+            for L in o["step_lengths"]:
+                if max_new_tokens - produced - 1 >= D:
+                    for k in range(min(L - 1, D) + 1):
+                        reach[k] += 1
+                produced += L
     return [reach[k] / reach[k - 1] if reach[k - 1] else 0.0 for k in range(1, D + 1)]
 
 
@@ -121,7 +129,8 @@ def main() -> None:
     for ds in datasets:
         L = ctx[ds]
         # 3. acceptance per drafter at this context, from the largest-D run at batch 1
-        acc = {d: Acceptance(conditional_acceptance(groups[(ds, d, Ds[-1], batch_sizes[0])], Ds[-1]), name=d,
+        acc = {d: Acceptance(conditional_acceptance(groups[(ds, d, Ds[-1], batch_sizes[0])], Ds[-1],
+                                                      args.max_new_tokens), name=d,
                           extrapolate="zero")
                for d in drafters}
         # 4. the planner's prediction for every cell

@@ -128,3 +128,57 @@ def test_from_planner():
     assert small.float().mean() > big.float().mean()
     with pytest.raises(ValueError):
         AdaptiveDraftLength()
+
+
+def test_learning_calibrates_confidence_and_position_acceptance():
+    a = AdaptiveDraftLength(lambda N: 1.0, alpha=0.7)
+    tokens, num = torch.zeros(4, 3, dtype=torch.long), torch.full((4,), 3)
+    conf = torch.full((4, 3), 0.2)
+    assert a.calibrated(conf)[0, 0].item() == pytest.approx(0.2)        # the prior is the raw value
+    for _ in range(50):
+        a(Proposal(tokens=tokens, num_tokens=num, confidence=conf))
+        a.observe(num, num)                                              # everything accepted
+    assert a.calibrated(conf)[0, 0].item() > 0.9
+    assert all(x > 0.9 for x in a.position_alpha()[:3]) and a.position_alpha()[5] == pytest.approx(0.7)
+    # only positions that were reached count: row accepts 0 of 3 → position 1 rejected, 2–3 unseen
+    b = AdaptiveDraftLength(lambda N: 1.0, alpha=0.5, prior_weight=1.0)
+    b(Proposal(tokens=tokens[:1], num_tokens=num[:1], confidence=conf[:1]))
+    b.observe(num[:1], torch.zeros(1, dtype=torch.long))
+    assert b.position_alpha()[:3] == pytest.approx([0.25, 0.5, 0.5])
+
+
+def test_draft_cap_from_acceptance_and_drafter_cost():
+    # a drafter costing a target step per token whose drafts are never accepted: stop drafting,
+    # except for a one-token probe every probe_every steps
+    b = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7)
+    for _ in range(40):
+        cap = b.draft_cap(4, 8)
+        b(Proposal(tokens=torch.zeros(4, cap, dtype=torch.long), num_tokens=torch.full((4,), cap),
+                   confidence=torch.full((4, cap), 0.5)))
+        b.observe(torch.full((4,), cap), torch.zeros(4, dtype=torch.long), draft_seconds=0.01 * cap, drafted=cap)
+    caps = [b.draft_cap(4, 8) for _ in range(16)]
+    assert caps.count(0) >= 14 and max(caps) == 1
+    # free drafting, verification cost flat and high acceptance: draft everything allowed
+    assert AdaptiveDraftLength(lambda N: 100.0, alpha=0.9).draft_cap(4, 8) == 8
+    assert AdaptiveDraftLength(lambda N: 100.0, alpha=0.9, max_tokens=3).draft_cap(4, 8) == 3
+    assert AdaptiveDraftLength(lambda N: 100.0, alpha=0.0, learn=False).draft_cap(4, 8) == 8
+    # a parallel drafter's cost is flat in D: once paid, long drafts are as cheap as short ones
+    p = AdaptiveDraftLength(lambda N: 100.0, alpha=0.6)
+    p.observe(torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long), draft_seconds=0.005,
+              drafted=8, parallel=True)
+    assert p.draft_time(8, parallel=True) == pytest.approx(0.005) and p.draft_cap(4, 8, parallel=True) == 8
+
+
+def test_engine_adaptive_drafts_less_for_a_useless_expensive_drafter():
+    """A random draft model (acceptance ≈ 0) learns to draft ~nothing; greedy output is unchanged."""
+    import draftwise
+    from tiny_models import build
+
+    model, junk = build("llama", seed=0), build("llama", seed=7)
+    prompts = [[1, 2, 3, 4, 5], [9, 8, 7]]
+    ref = draftwise.generate(model, prompts, max_new_tokens=40)
+    sched = AdaptiveDraftLength(lambda N: 1.0 / (0.01 + 1e-5 * N))
+    out = draftwise.generate(model, prompts, drafter=junk, num_draft_tokens=8, max_new_tokens=40, adaptive=sched)
+    assert [o.token_ids for o in out] == [o.token_ids for o in ref]
+    late = [n for o in out for n in o.num_drafted[10:]]
+    assert sum(late) / len(late) < 1.0, late

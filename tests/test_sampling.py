@@ -5,6 +5,7 @@
     sampling matches the exact one computed from the target (≥ 1e5 draws per case), and a
     deliberately wrong residual (resampling from p) makes the same test fail.
 """
+import collections
 import pytest
 import torch
 import transformers as T
@@ -90,10 +91,10 @@ def chi_square(joint_counts, expected_probs, n):
     return x2, int(keep.sum()) - 1
 
 
-def empirical_joint(model, drafter, params, D, seed):
+def empirical_joint(model, drafter, params, D, seed, **kw):
     out = draftwise.generate(model, [PROMPT] * N_DRAWS, drafter=drafter, num_draft_tokens=D, max_new_tokens=3,
                              temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
-                             seed=seed, ignore_eos=True)
+                             seed=seed, ignore_eos=True, **kw)
     t = torch.tensor([o.token_ids[:2] for o in out])
     counts = torch.zeros(VOCAB * VOCAB, dtype=torch.long)
     counts.scatter_add_(0, t[:, 0] * VOCAB + t[:, 1], torch.ones(len(t), dtype=torch.long))
@@ -122,6 +123,43 @@ def test_speculative_sampling_matches_target(kind, temperature, top_k, top_p):
     # the test exercises both rejections and full acceptance
     firsts = [o.accept_lengths[0] for o in out]
     assert min(firsts) == 1 and max(firsts) == 3
+
+
+@pytest.mark.parametrize("kind", ["stochastic", "deterministic"])
+def test_speculative_sampling_with_adaptive_draft_length(kind):
+    """Run-time adaptive D picks each row's verified prefix from the drafts' confidences (and from
+    past steps), never from the target's verdict: the output distribution stays the target's."""
+    from draftwise.planner.adaptive import AdaptiveDraftLength
+
+    model = tiny_target()
+    draft = noisy_copy(model, 0.5 if kind == "stochastic" else 0.1)
+    params = SamplingParams(1.0)
+    drafter = (DraftModelDrafter if kind == "stochastic" else GreedyDraft)(draft, VOCAB)
+    # verification cost rising with the verified tokens, so that the scheduler stops mid-draft
+    scale = (8 if kind == "stochastic" else 32) * N_DRAWS
+    sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + N / scale))
+    counts, out = empirical_joint(model, drafter, params, D=3, seed=2, adaptive=sched)
+    x2, df = chi_square(counts, exact_joint(model, params), N_DRAWS)
+    assert x2 < threshold(df), f"X²={x2:.0f} with df={df}"
+    # rows really got different draft lengths (position 1's confidence is the same for these
+    # identical prompts; later positions depend on each row's drafts)
+    assert len({n for o in out for n in o.num_drafted}) >= 2, collections.Counter(n for o in out for n in o.num_drafted)
+
+
+def test_scheduler_reading_the_sampled_token_is_caught(monkeypatch):
+    """Choosing how many drafts to verify from q of the *sampled* tokens keeps high-q samples
+    preferentially; the statistic above must flag that bias (it is why confidences may only
+    depend on earlier positions)."""
+    from draftwise.planner.adaptive import AdaptiveDraftLength
+
+    monkeypatch.setattr(AdaptiveDraftLength, "confidence",
+                        lambda self, p: p.probs.gather(-1, p.tokens.unsqueeze(-1)).squeeze(-1))
+    model = tiny_target()
+    drafter = DraftModelDrafter(noisy_copy(model, 0.5), VOCAB)
+    sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + N / (8 * N_DRAWS)))
+    counts, _ = empirical_joint(model, drafter, SamplingParams(1.0), D=3, seed=2, adaptive=sched)
+    x2, df = chi_square(counts, exact_joint(model, SamplingParams(1.0)), N_DRAWS)
+    assert x2 > threshold(df), f"a value-dependent scheduler went unnoticed: X²={x2:.0f}, df={df}"
 
 
 @pytest.mark.parametrize("kind", ["stochastic", "deterministic"])

@@ -1,6 +1,7 @@
 """`draftwise.generate`: argument checks with clear errors, then the engine."""
 from __future__ import annotations
 
+import weakref
 from typing import Sequence
 
 import torch
@@ -71,18 +72,27 @@ def _eos_ids(target: ModelRunner) -> set[int]:
     return ids
 
 
-def _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens):
+def _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens, draft):
     from .planner.adaptive import AdaptiveDraftLength, measure_sps_curve
 
     if not isinstance(adaptive, bool):
         return adaptive
     # Steps/s as a function of the verified tokens N = Σ(1 + ℓ_r), measured once per target, batch
-    # size and context before decoding starts (measuring mid-run would clobber the cache).
+    # size and context before decoding starts (measuring mid-run would clobber the cache). The
+    # scheduler keeps what it learned (acceptance, calibration, drafter cost) for the next call
+    # with the same drafter object and shape.
     key = (len(ids), int(sum(len(p) for p in ids) / len(ids)), int(num_draft_tokens))
     curves = tgt.__dict__.setdefault("_sps_curves", {})
     if key not in curves:
         curves[key] = measure_sps_curve(tgt, key[0], key[1], max_tokens=key[2])
-    return AdaptiveDraftLength(curves[key])
+    per_drafter = tgt.__dict__.setdefault("_schedulers", weakref.WeakKeyDictionary())
+    try:
+        mine = per_drafter.setdefault(draft, {})
+    except TypeError:        # not weak-referenceable: a fresh scheduler each call
+        mine = {}
+    if key not in mine:
+        mine[key] = AdaptiveDraftLength(curves[key])
+    return mine[key]
 
 
 def generate(
@@ -134,7 +144,7 @@ def generate(
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     stopper = StopChecker(set() if ignore_eos else _eos_ids(tgt), stops, int(max_new_tokens), tgt.tokenizer)
     if adaptive:
-        scheduler = _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens)
+        scheduler = _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens, draft)
     generator = None
     if seed is not None:
         generator = torch.Generator(device=tgt.device).manual_seed(int(seed))

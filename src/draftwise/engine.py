@@ -78,6 +78,8 @@ def decode(
     reqs = [_Request(list(p), [], [], [], []) for p in prompts]
     stats = GenerationStats()
     hidden_layers = drafter.hidden_layers if drafter is not None else ()
+    # a scheduler that learns from verified steps (AdaptiveDraftLength) also sets the draft length
+    learner = scheduler if hasattr(scheduler, "draft_cap") and hasattr(scheduler, "observe") else None
 
     # Prefill all but the last prompt token; the loop then starts with that token pending, so the
     # first step already speculates and every generated token comes out of a verification step.
@@ -99,6 +101,8 @@ def decode(
         budget = torch.tensor([stopper.max_new - len(reqs[i].out) - 1 for i in active], device=dev)
         caps = budget.clamp(min=0, max=num_draft_tokens)
         if drafter is not None and num_draft_tokens > 0:
+            if learner is not None:   # how many to draft at all, from past steps only
+                caps = caps.clamp(max=learner.draft_cap(n, num_draft_tokens, drafter.parallel))
             prop = drafter.propose(ctx, caps)
             if scheduler is not None:
                 prop.num_tokens = torch.minimum(prop.num_tokens, scheduler(prop))
@@ -122,6 +126,8 @@ def decode(
         if drafter is not None and num_draft_tokens > 0:
             drafter.accepted(num_acc)
         t5 = time.perf_counter()
+        if learner is not None and drafter is not None and num_draft_tokens > 0:
+            learner.observe(k, num_acc, (t1 - t0) + (t5 - t4), int(prop.tokens.shape[1]), drafter.parallel)
 
         stamp = now()
         acc_l, nxt_l, drafts_l, k_l = num_acc.tolist(), nxt.tolist(), drafts.tolist(), k.tolist()

@@ -402,8 +402,9 @@ class DFlashDrafter(BlockDrafter):
             return Proposal(tokens=tokens, num_tokens=num, probs=None, confidence=conf)
         q = process_logits(logits, ctx.params)
         tokens = sample(q, ctx.generator)
-        conf = q.gather(-1, tokens[..., None]).squeeze(-1)
-        return Proposal(tokens=tokens, num_tokens=num, probs=q, confidence=conf)
+        # the peak of q, not q of the sampled token: a confidence that read the sampled token would
+        # let the adaptive scheduler pick drafts by value, which biases sampled output
+        return Proposal(tokens=tokens, num_tokens=num, probs=q, confidence=q.max(-1).values)
 
 
 # --------------------------------------------------------------------------------------------------

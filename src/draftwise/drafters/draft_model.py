@@ -73,16 +73,19 @@ class DraftModelDrafter(Drafter):
         k = int(max_tokens.max()) if B else 0
         tokens = torch.zeros(B, k, dtype=torch.long, device=dev)
         probs = None if ctx.params.greedy else torch.zeros(B, k, self.target_vocab, device=dev)
-        conf = torch.zeros(B, k, device=dev)  # the draft's own probability of each drafted token
+        # confidence of position j: the peak of the draft's distribution there, a function of the
+        # tokens before j only (never of the token sampled at j, which would bias sampled output
+        # once the adaptive scheduler reads it); for greedy drafts it is q of the drafted token
+        conf = torch.zeros(B, k, device=dev)
         r.mark()
         for j in range(k):
             tok, q = self._next(last, ctx)
             tokens[:, j] = tok
             if q is not None:
                 probs[:, j] = q
-                conf[:, j] = q.gather(-1, tok[:, None]).squeeze(-1)
+                conf[:, j] = q.max(-1).values
             else:
-                conf[:, j] = last.softmax(-1).gather(-1, tok[:, None]).squeeze(-1)
+                conf[:, j] = last.softmax(-1).max(-1).values
             if j + 1 < k:
                 feed = (max_tokens > j + 1).long()  # rows still drafting
                 logits, _ = r.forward(tok[:, None], feed)

@@ -8,8 +8,13 @@ the verify batch has N = Σ_r (1 + ℓ_r) tokens and the expected emitted tokens
 Θ = τ*·SPS(N), SPS being the verifier's steps per second at N tokens.
 
 Survival never increases along a row (c ∈ [0, 1]) and ties are broken by position, so every row's
-admitted positions form a prefix. The decision reads only the drafter's confidences (or draft
-probabilities), never the target's verdict on the drafted tokens, so verification stays lossless.
+admitted positions form a prefix. The decision reads only the drafter's confidences, never the
+target's verdict on the drafted tokens. For sampled (stochastic) drafts one more condition keeps
+it lossless: c_{r,j} may depend on the drafts before position j but not on the token sampled at j.
+Verifying position j or stopping there both leave the output distribution of that position
+exactly p given the accepted prefix, so the choice may depend on anything already part of the
+output (an optional-stopping argument); choosing by the value of x_j itself would keep
+high-q tokens preferentially and bias the output (tests/test_sampling.py shows both).
 """
 from __future__ import annotations
 
@@ -118,13 +123,27 @@ def expected_throughput(confidence: torch.Tensor, lengths: torch.Tensor, sps: SP
 class AdaptiveDraftLength:
     """Holds the SPS curve; call with a `draftwise.types.Proposal` to get per-row draft counts.
 
-    Confidence source, in order: `proposal.confidence`; else the draft probability of each drafted
-    token from `proposal.probs` (q_k(x_k), a proxy for acceptance); else the constant `alpha`.
+    Confidence source, in order: `proposal.confidence`; else the peak of the draft distribution at
+    each position, max q_k (for greedy drafts q_k of the drafted token; it must not depend on the
+    token sampled at k — see `schedule_prefix`); else the constant `alpha`.
     `max_tokens` optionally caps every row.
+
+    With `learn` (the default) it also learns from the steps already verified — never from the
+    step being decided, so output stays lossless:
+    - calibration: raw confidences are mapped per draft position and confidence bin to the observed
+      acceptance rate (a Beta prior centred on the raw value, so it starts as the identity) —
+      draft-model probabilities are not acceptance probabilities;
+    - draft length before drafting (`draft_cap`): the drafting cost of a sequential drafter is paid
+      for every drafted token whether or not it is verified, so the number to draft this step is
+      argmax_D B·E[τ(D)] / (1/SPS(B(1+D)) + t_draft(D)) from the observed per-position acceptance
+      and the measured drafter time; the prefix scheduler then picks per row among those.
     """
 
+    MAX_POS, BINS = 16, 10
+
     def __init__(self, sps_curve: Optional[SPSLike] = None, alpha: float = 0.7, max_tokens: Optional[int] = None,
-                 *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None):
+                 *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None, learn: bool = True,
+                 prior_weight: float = 4.0, probe_every: int = 8):
         if sps_curve is None and sps_for_batch is None:
             raise ValueError("give sps_curve or sps_for_batch")
         self.sps = _as_sps(sps_curve) if sps_curve is not None else None
@@ -132,6 +151,88 @@ class AdaptiveDraftLength:
         self._cache: dict[int, Callable[[float], float]] = {}
         self.alpha = float(alpha)
         self.max_tokens = max_tokens
+        self.learn, self.prior_weight, self.probe_every = learn, float(prior_weight), int(probe_every)
+        self.reset_stats()
+
+    def reset_stats(self) -> None:
+        P, K = self.MAX_POS, self.BINS
+        self._pos_n, self._pos_acc = torch.zeros(P, dtype=torch.float64), torch.zeros(P, dtype=torch.float64)
+        self._bin_n, self._bin_acc = torch.zeros(P, K, dtype=torch.float64), torch.zeros(P, K, dtype=torch.float64)
+        self._draft_cost: Optional[float] = None    # s per drafted token (sequential) or per step (parallel)
+        self._steps = 0
+        self._raw: Optional[torch.Tensor] = None    # raw confidences of the proposal being verified
+
+    # --- learned statistics --------------------------------------------------------------------
+    def _bins(self, conf: torch.Tensor) -> torch.Tensor:
+        return (conf * self.BINS).long().clamp(0, self.BINS - 1)
+
+    def calibrated(self, conf: torch.Tensor) -> torch.Tensor:
+        """Observed acceptance rate for these raw confidences [B, D] (prior: the raw value)."""
+        conf = conf.detach().to("cpu", torch.float64).clamp(0, 1)
+        if not self.learn or conf.numel() == 0:
+            return conf
+        D = conf.shape[1]
+        pos = torch.arange(D).clamp(max=self.MAX_POS - 1).expand_as(conf)
+        b = self._bins(conf)
+        w = self.prior_weight
+        return (self._bin_acc[pos, b] + w * conf) / (self._bin_n[pos, b] + w)
+
+    def position_alpha(self) -> list[float]:
+        """Observed conditional acceptance per draft position (prior: `alpha`)."""
+        w = self.prior_weight
+        return ((self._pos_acc + w * self.alpha) / (self._pos_n + w)).tolist()
+
+    def draft_time(self, D: int, parallel: bool = False) -> float:
+        if D <= 0 or self._draft_cost is None:
+            return 0.0
+        return self._draft_cost if parallel else self._draft_cost * D
+
+    def draft_cap(self, batch_size: int, max_draft: int, parallel: bool = False) -> int:
+        """How many tokens to draft this step (before drafting)."""
+        self._steps += 1
+        if not self.learn or max_draft <= 0:
+            return max_draft
+        if self.max_tokens is not None:
+            max_draft = min(max_draft, self.max_tokens)
+        sps = self.sps_at(batch_size)
+        alpha = self.position_alpha()
+        best, best_v, E, surv = 0, 0.0, 1.0, 1.0
+        for D in range(max_draft + 1):
+            if D:
+                surv *= alpha[min(D, self.MAX_POS) - 1]
+                E += surv
+            v = E / (1.0 / sps(batch_size * (1 + D)) + self.draft_time(D, parallel))
+            if v > best_v * (1 + 1e-9):
+                best, best_v = D, v
+        if best == 0 and self._steps % self.probe_every == 0:
+            best = 1   # keep observing acceptance, or a pessimistic start could never recover
+        return best
+
+    def observe(self, verified: torch.Tensor, accepted: torch.Tensor, draft_seconds: float = 0.0,
+                drafted: int = 0, parallel: bool = False) -> None:
+        """The verdict of the step just verified: per row, verified drafts and accepted drafts."""
+        if not self.learn:
+            return
+        if drafted > 0 and draft_seconds > 0:
+            x = draft_seconds if parallel else draft_seconds / drafted
+            self._draft_cost = x if self._draft_cost is None else 0.8 * self._draft_cost + 0.2 * x
+        raw, self._raw = self._raw, None
+        if raw is None or raw.numel() == 0:
+            return
+        ver = verified.detach().to("cpu", torch.long)
+        acc = accepted.detach().to("cpu", torch.long)
+        D = raw.shape[1]
+        j = torch.arange(D)[None, :]
+        seen = (j < torch.minimum(ver, acc + 1)[:, None]) & (j < self.MAX_POS)   # position reached and verified
+        ok = (j < acc[:, None]) & seen
+        pos = j.expand_as(raw)[seen]
+        b = self._bins(raw)[seen]
+        y = ok[seen].double()
+        self._pos_n.index_add_(0, pos, torch.ones_like(y))
+        self._pos_acc.index_add_(0, pos, y)
+        flat = pos * self.BINS + b
+        self._bin_n.view(-1).index_add_(0, flat, torch.ones_like(y))
+        self._bin_acc.view(-1).index_add_(0, flat, y)
 
     def sps_at(self, batch_size: int) -> Callable[[float], float]:
         """The SPS curve used for a batch of `batch_size` rows."""
@@ -170,7 +271,9 @@ class AdaptiveDraftLength:
         if getattr(proposal, "confidence", None) is not None:
             return proposal.confidence
         if getattr(proposal, "probs", None) is not None and tokens.numel():
-            return proposal.probs.gather(-1, tokens.unsqueeze(-1).long()).squeeze(-1)
+            # the peak of q at each position, never q of the sampled token: choosing how many
+            # drafts to verify from the sampled values themselves would bias sampled output
+            return proposal.probs.max(-1).values
         return torch.full(tokens.shape, self.alpha, dtype=torch.float32, device=tokens.device)
 
     def __call__(self, proposal) -> torch.LongTensor:
@@ -178,8 +281,11 @@ class AdaptiveDraftLength:
         if self.max_tokens is not None:
             num = num.clamp(max=self.max_tokens)
         if proposal.tokens.shape[-1] == 0:
+            self._raw = None
             return torch.zeros_like(num, dtype=torch.long)
-        return schedule_prefix(self.confidence(proposal), num, self.sps_at(int(num.shape[0])))
+        raw = self.confidence(proposal).detach().to("cpu", torch.float64).clamp(0, 1)
+        self._raw = raw
+        return schedule_prefix(self.calibrated(raw), num, self.sps_at(int(num.shape[0])))
 
 
 def measure_sps_curve(runner, batch_size: int, context_length: int, max_tokens: int = 16,
