@@ -3,8 +3,9 @@
     python benchmarks/planner_validation.py --target zoo/target \
         --drafter draft-model:zoo/draft --drafter ngram --out runs/planner-validation
 
-1. `draftwise profile` of the target on a coarse grid (batch 1, 4, 16 × D 0, 3, 8 × both contexts):
-   the only timing the planner sees (OUT/profile.json);
+1. `draftwise profile` of the target on a coarse grid (batch 1, 4, 16 × D 0, 3, 8 × both contexts)
+   and of one draft-model token at the same batch sizes: the only timing the planner sees
+   (OUT/profile.json);
 2. the measured sweep, `draftwise bench` with the built-in engine: plain decoding and D = 1 … 8 per
    drafter, plus run-time adaptive D, at batch 1, 2, 4, 8, 16, on two throughput sets (prompt
    lengths 256 and 1k tokens), greedy, fixed output length (OUT/sweep; rerunning resumes);
@@ -111,7 +112,7 @@ def main() -> None:
     if not prof.exists():
         hw = profile(args.target, batch_sizes=[int(b) for b in args.profile_batch_sizes.split(",")],
                      draft_tokens=[int(d) for d in args.profile_draft_tokens.split(",")],
-                     context_lengths=sorted(set(ctx.values())), log=print)
+                     context_lengths=sorted(set(ctx.values())), draft_model=draft_cfg, log=print)
         save_profile(hw, prof)
 
     # 2. the measured sweep (resumable)

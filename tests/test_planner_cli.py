@@ -80,15 +80,20 @@ def test_profile_small(capsys, tmp_path):
            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128, "torch_dtype": "float32"}
     (tmp_path / "tiny.json").write_text(json.dumps(cfg))
     out = tmp_path / "p.json"
+    dcfg = dict(cfg, num_hidden_layers=1)
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "config.json").write_text(json.dumps(dcfg))
     rc = main(["profile", "--target", str(tmp_path / "tiny.json"), "-o", str(out), "--rows", "1,8",
                "--batch-sizes", "1,2", "--draft-tokens", "0,3", "--context-lengths", "16", "--repeats", "1",
-               "--device", "cpu"])
+               "--device", "cpu", "--draft-model", str(tmp_path / "draft" / "config.json")])
     assert rc == 0
     p = json.loads(out.read_text())
     assert p["source"] == "measured" and p["flops"] > 0 and p["bandwidth"] > 0
     assert [m for m, _ in p["gemm_curve"]] == [1, 8]
     assert {(s["B"], s["D"], s["L"]) for s in p["step_times"]} == {(1, 0, 16), (1, 3, 16), (2, 0, 16), (2, 3, 16)}
     assert p["sps_curves"] and p["target_config"]["hidden_size"] == 64
+    assert {(s["B"], s["L"]) for s in p["draft_step_times"]} == {(1, 16), (2, 16)}
+    assert p["draft_config"]["num_hidden_layers"] == 1 and all(s["seconds"] > 0 for s in p["draft_step_times"])
     # reused by plan, calibrated on its own target
     capsys.readouterr()
     rc = main(["plan", "--target", str(tmp_path / "tiny.json"), "--hardware", str(out), "--alpha", "0.7",

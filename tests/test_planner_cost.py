@@ -124,3 +124,24 @@ def test_profile_calibrates_matching_target(tmp_path):
     assert cm.target_time(8, 3, 512) == pytest.approx(steps[4]["seconds"], rel=0.02)
     # a different target is not calibrated with it
     assert CostModel("llama-3.1-70b", h).calibration.points == 0
+
+
+def test_measured_draft_model_token_times():
+    """A profile that timed the draft model replaces the modelled draft cost for that draft model."""
+    from draftwise.planner.model import drafter_desc
+    draft_cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+                 "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128}
+    h = get_hardware("cpu")
+    h.draft_config = draft_cfg
+    h.draft_step_times = [{"B": 1, "L": 128, "seconds": 1e-3}, {"B": 4, "L": 128, "seconds": 2e-3},
+                          {"B": 1, "L": 1024, "seconds": 3e-3}, {"B": 4, "L": 1024, "seconds": 5e-3}]
+    cm = CostModel("llama-3.1-8b", h)
+    d = drafter_desc("draft_model", cm.target, config=draft_cfg)
+    assert cm.drafter_time(d, 1, 3, 100) == pytest.approx(3e-3)
+    assert cm.drafter_time(d, 2, 1, 128) == pytest.approx(1.5e-3)           # log-linear in B
+    assert cm.drafter_time(d, 4, 2, 900) == pytest.approx(1e-2)             # nearest context
+    assert cm.drafter_time(d, 8, 1, 128) == pytest.approx(2e-3 + 4 * (1e-3 / 3))  # per row beyond
+    other = dict(draft_cfg, num_hidden_layers=2)                            # another draft: modelled
+    d2 = drafter_desc("draft_model", cm.target, config=other)
+    assert cm.drafter_time(d2, 1, 3, 100) != pytest.approx(3 * cm.drafter_time(d2, 1, 1, 100) + 1)
+    assert cm._measured_draft_token(d2, 1, 100) is None

@@ -44,6 +44,7 @@ def add_cli(sub) -> None:
 
     q = sub.add_parser("profile", help="measure this machine (and a target's step times) for the planner")
     q.add_argument("--target", help="model folder, config.json or bundled config name (config only: random weights)")
+    q.add_argument("--draft-model", help="also time one token of this draft model (folder) per batch size and context")
     q.add_argument("--output", "-o", default="profile.json")
     q.add_argument("--device", help="cpu or cuda (default: cuda if available)")
     q.add_argument("--dtype", help="default float32 on CPU, bfloat16 on GPU")
@@ -152,7 +153,7 @@ def _profile_cmd(args) -> int:
     hw = profile(args.target, hidden=args.hidden, device=args.device, dtype=args.dtype, rows=_ints(args.rows),
                  batch_sizes=_ints(args.batch_sizes), draft_tokens=_ints(args.draft_tokens),
                  context_lengths=_ints(args.context_lengths), repeats=args.repeats, name=args.name,
-                 log=lambda s: print(s, file=sys.stderr))
+                 draft_model=args.draft_model, log=lambda s: print(s, file=sys.stderr))
     save_profile(hw, args.output)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0

@@ -137,6 +137,9 @@ class CostModel:
         n_layers = len(drafter.model.layers) if drafter.model is not None else len(drafter.layers)
         per_pass = self._pass_overhead(n_layers)
         if drafter.model is not None:   # a standalone draft model: D sequential single-token steps
+            measured = self._measured_draft_token(drafter, B, L)
+            if measured is not None:
+                return D * measured
             one = sum(self.forward_breakdown(drafter.model, B, 1, L).values())
             return D * (s * one + per_pass)
         pseudo = self.target
@@ -149,6 +152,33 @@ class CostModel:
         br = self.forward_breakdown(pseudo, B, 1, L, layers=drafter.layers, head_params=drafter.head_params)
         extra = drafter.per_token_head_flops * B / hw.gemm_throughput(B)
         return s * (once + D * (sum(br.values()) + extra)) + D * per_pass
+
+    def _measured_draft_token(self, drafter: DrafterDesc, B: int, L: int) -> Optional[float]:
+        """One draft-model token from the profile's draft_step_times when they were measured on this
+        draft model: nearest context, then log-linear in B (linear per row beyond the largest B)."""
+        pts, cfg = self.hw.draft_step_times, self.hw.draft_config
+        if not pts or not cfg:
+            return None
+        try:
+            if describe(cfg).total_params != drafter.model.total_params:
+                return None
+        except Exception:
+            return None
+        Lc = min({p["L"] for p in pts}, key=lambda x: abs(math.log(max(x, 1) / max(L, 1))))
+        by_b = sorted((p["B"], p["seconds"]) for p in pts if p["L"] == Lc)
+        if B <= by_b[0][0]:
+            return by_b[0][1]
+        if B >= by_b[-1][0]:
+            b, t = by_b[-1]
+            if len(by_b) == 1:
+                return t
+            b0, t0 = by_b[-2]
+            return t + max(0.0, (t - t0) / (b - b0)) * (B - b)
+        for (b0, t0), (b1, t1) in zip(by_b, by_b[1:]):
+            if b0 <= B <= b1:
+                f = math.log(B / b0) / math.log(b1 / b0)
+                return t0 + f * (t1 - t0)
+        return by_b[-1][1]  # pragma: no cover
 
     def _pass_overhead(self, n_layers: int) -> float:
         """Fixed cost of one drafter pass: the hardware's figure, or — when the target's overhead

@@ -51,6 +51,8 @@ class Hardware:
     step_times: list = field(default_factory=list)   # [{"B","D","L","seconds"}, ...] of `target`
     target: Optional[str] = None      # which model step_times were measured on
     target_config: Optional[dict] = None
+    draft_step_times: list = field(default_factory=list)  # [{"B","L","seconds"}, ...] one draft-model token
+    draft_config: Optional[dict] = None   # the draft model draft_step_times were measured on
     dtype: str = "bfloat16"
     notes: str = ""
 

@@ -6,7 +6,9 @@
 - with a target (model folder, config.json or bundled config name — a config alone gives a
   randomly initialised model), the real step time for B sequences × (1 + D) new tokens at context L:
   `AutoModelForCausalLM`, a `DynamicCache` prefilled to L, a copy of it per timed forward, the median
-  of a few repeats.
+  of a few repeats;
+- with a draft model, the time of one drafted token for B sequences at context L, through the
+  engine's own runner (small models are dominated by per-forward costs no FLOP count predicts).
 Saved as JSON (a `Hardware` with `source: "measured"`) and reused with `--hardware profile.json`;
 `sps_curves` in the file give steps/s against verified tokens for the run-time scheduler.
 """
@@ -129,6 +131,35 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
     return out
 
 
+@torch.no_grad()
+def measure_draft_steps(model, batch_sizes: Sequence[int], context_lengths: Sequence[int], *,
+                        device: str = "cpu", repeats: int = 5, log=None) -> list[dict]:
+    """[{"B", "L", "seconds"}]: one draft-model token for B rows at context L, through the engine's
+    own runner (lean forward, ragged mask, rollback) — what a draft step really costs."""
+    from ..target import ModelRunner
+
+    runner = ModelRunner(model, lean=True)
+    vocab = model.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for L in context_lengths:
+        for B in batch_sizes:
+            runner.reset(B)
+            runner.forward(torch.randint(0, vocab, (B, L), generator=g).to(device), torch.full((B,), L, device=device))
+            tok = torch.randint(0, vocab, (B, 1), generator=g).to(device)
+            one, zero = torch.ones(B, dtype=torch.long, device=device), torch.zeros(B, dtype=torch.long, device=device)
+
+            def step():
+                runner.mark()
+                runner.forward(tok, one)
+                runner.rollback(zero)
+            sec = _median_time(step, repeats, device, warmup=2)
+            out.append({"B": int(B), "L": int(L), "seconds": sec})
+            if log:
+                log(f"  draft B={B:<4d} L={L:<6d} {sec * 1e3:9.2f} ms")
+    return out
+
+
 def sps_curves(step_times: list[dict]) -> list[dict]:
     """Steps/s against verified tokens N = B(1 + D), per (B, L)."""
     groups: dict[tuple, list] = {}
@@ -140,7 +171,8 @@ def sps_curves(step_times: list[dict]) -> list[dict]:
 def profile(target: Optional[str] = None, *, hidden: Optional[int] = None, device: Optional[str] = None,
             dtype: Optional[str] = None, rows: Sequence[int] = DEFAULT_ROWS, batch_sizes: Sequence[int] = (1, 4),
             draft_tokens: Sequence[int] = (0, 1, 3, 7), context_lengths: Sequence[int] = (128, 512),
-            repeats: int = 3, name: Optional[str] = None, log=print) -> Hardware:
+            repeats: int = 3, name: Optional[str] = None, draft_model: Optional[str] = None,
+            log=print) -> Hardware:
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype_name = dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     tdtype = getattr(torch, dtype_name)
@@ -174,6 +206,12 @@ def profile(target: Optional[str] = None, *, hidden: Optional[int] = None, devic
                                       repeats=repeats, log=log)
         hw.target = str(target)
         hw.target_config = {k: v for k, v in cfg.items() if _jsonable(v)}
+    if draft_model is not None:
+        dmodel, dcfg = _load_target(draft_model, tdtype, device)
+        log(f"draft-model token times ({draft_model}):")
+        hw.draft_step_times = measure_draft_steps(dmodel, batch_sizes, context_lengths, device=device,
+                                                  repeats=max(repeats, 5), log=log)
+        hw.draft_config = {k: v for k, v in dcfg.items() if _jsonable(v)}
     return hw
 
 
