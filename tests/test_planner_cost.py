@@ -145,3 +145,22 @@ def test_measured_draft_model_token_times():
     d2 = drafter_desc("draft_model", cm.target, config=other)
     assert cm.drafter_time(d2, 1, 3, 100) != pytest.approx(3 * cm.drafter_time(d2, 1, 1, 100) + 1)
     assert cm._measured_draft_token(d2, 1, 100) is None
+
+
+def test_profiled_grid_interpolates_and_extrapolates_with_the_model():
+    from draftwise.planner.model import load_config
+    cfg, _ = load_config("llama-3.1-8b")
+    base = CostModel("llama-3.1-8b", "h100-sxm")
+    steps = [{"B": B, "D": D, "L": L, "seconds": 1e-3 * (B + D) * (1 + L / 1000)}
+             for B in (1, 4) for D in (0, 4) for L in (500, 1000)]
+    h = get_hardware("h100-sxm")
+    h.step_times, h.target_config, h.target = steps, cfg, "llama-3.1-8b"
+    cm = CostModel("llama-3.1-8b", h)
+    assert cm.target_time(4, 4, 1000) == pytest.approx(16e-3)                 # a grid point
+    assert cm.target_time(1, 2, 500) == pytest.approx(1e-3 * 3 * 1.5)          # linear in D
+    assert cm.target_time(2, 0, 750) == pytest.approx(1e-3 * (1 + 0.5 * 3) * 1.75)  # log-linear in B, linear in L
+    # beyond the grid: the edge's measurement times the model's growth
+    far = cm.target_time(64, 4, 1000)
+    assert far == pytest.approx(16e-3 * cm.target_breakdown(64, 4, 1000)["total"] /
+                                cm.target_breakdown(4, 4, 1000)["total"])
+    assert far > cm.target_time(4, 4, 1000) and base.target_time(4, 4, 1000) != pytest.approx(16e-3)

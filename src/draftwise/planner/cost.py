@@ -33,6 +33,15 @@ from .hardware import Hardware, get_hardware
 from .model import DrafterDesc, LayerDesc, ModelDesc, describe
 
 
+def _interp(xs: list, x: float, f, log: bool = False) -> float:
+    """Piecewise-linear interpolation of f over the sorted grid xs at x (xs[0] ≤ x ≤ xs[-1])."""
+    for x0, x1 in zip(xs, xs[1:]):
+        if x0 <= x <= x1:
+            t = (math.log(x / x0) / math.log(x1 / x0)) if log else (x - x0) / (x1 - x0)
+            return f(x0) + t * (f(x1) - f(x0))
+    return f(xs[0])
+
+
 @dataclass
 class Calibration:
     linear_scale: float = 1.0
@@ -54,8 +63,10 @@ class CostModel:
         base = get_hardware(hardware)
         self.hw: Hardware = base.scaled(num_devices)
         self.calibration = Calibration()
+        self._grid = None
         if calibrate and self.hw.step_times and self._profile_matches():
             self.fit(self.hw.step_times)
+            self._grid = self._measured_grid()
 
     # ------------------------------------------------------------------ primitives
     def gemm_time(self, params: float, rows: float, wbytes: float) -> float:
@@ -123,7 +134,27 @@ class CostModel:
         return out
 
     def target_time(self, B: int, D: int, L: int) -> float:
-        return self.target_breakdown(B, D, L)["total"]
+        """Seconds per verification step. With a profile of this very target, the measured step
+        times interpolated over the profiled grid (log-linear in B, linear in D and L); outside the
+        grid, the nearest grid point scaled by the model's ratio. Otherwise the calibrated model."""
+        model = self.target_breakdown(B, D, L)["total"]
+        if not self._grid:
+            return model
+        Bs, Ds, Ls, T = self._grid
+        Bc, Dc, Lc = min(max(B, Bs[0]), Bs[-1]), min(max(D, Ds[0]), Ds[-1]), min(max(L, Ls[0]), Ls[-1])
+        measured = _interp(Ls, Lc, lambda l: _interp(Bs, Bc, lambda b: _interp(Ds, Dc, lambda d: T[(b, d, l)]),
+                                                    log=True))
+        if (Bc, Dc, Lc) == (B, D, L):
+            return measured
+        return measured * model / self.target_breakdown(Bc, Dc, Lc)["total"]
+
+    def _measured_grid(self):
+        """(Bs, Ds, Ls, {(B, D, L): s}) when the profile's step times form a full grid."""
+        pts = {(int(m["B"]), int(m["D"]), int(m["L"])): float(m["seconds"]) for m in self.hw.step_times}
+        Bs, Ds, Ls = (sorted({k[i] for k in pts}) for i in range(3))
+        if len(pts) != len(Bs) * len(Ds) * len(Ls):
+            return None
+        return Bs, Ds, Ls, pts
 
     # ------------------------------------------------------------------ drafters
     def drafter_time(self, drafter: Optional[DrafterDesc], B: int, D: int, L: int) -> float:

@@ -4,9 +4,8 @@
   matrices (≥ 64 MB) that weights stream from memory as in a real forward;
 - memory bandwidth: a large tensor copy (bytes read + written / time);
 - with a target (model folder, config.json or bundled config name — a config alone gives a
-  randomly initialised model), the real step time for B sequences × (1 + D) new tokens at context L:
-  `AutoModelForCausalLM`, a `DynamicCache` prefilled to L, a copy of it per timed forward, the median
-  of a few repeats;
+  randomly initialised model), the real step time for B sequences × (1 + D) new tokens at context L,
+  through the engine's own runner (mask, positions, rollback included), the median of a few repeats;
 - with a draft model, the time of one drafted token for B sequences at context L, through the
   engine's own runner (small models are dominated by per-forward costs no FLOP count predicts).
 Saved as JSON (a `Hardware` with `source: "measured"`) and reused with `--hardware profile.json`;
@@ -14,7 +13,6 @@ Saved as JSON (a `Hardware` with `source: "measured"`) and reused with `--hardwa
 """
 from __future__ import annotations
 
-import copy
 import json
 import os
 import statistics
@@ -94,37 +92,37 @@ def _load_target(target: str, dtype, device: str):
     return model, cfg
 
 
+def _runner_step(runner, B: int, L: int, width: int, vocab: int, g, device: str, repeats: int, warmup: int,
+                 passes: int = 1) -> float:
+    """Median time of `passes` forwards of `width` tokens each to B rows at context L, rolled back
+    afterwards (as a draft loop does), per forward."""
+    runner.reset(B)
+    runner.forward(torch.randint(0, vocab, (B, L), generator=g).to(device), torch.full((B,), L, device=device))
+    tok = torch.randint(0, vocab, (B, width), generator=g).to(device)
+    n, zero = torch.full((B,), width, device=device), torch.zeros(B, dtype=torch.long, device=device)
+
+    def step():
+        runner.mark()
+        for _ in range(passes):
+            runner.forward(tok, n)
+        runner.rollback(zero)
+    return _median_time(step, repeats, device, warmup=warmup) / passes
+
+
 @torch.no_grad()
 def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int], context_lengths: Sequence[int],
                   *, device: str = "cpu", repeats: int = 3, log=None) -> list[dict]:
-    """[{"B", "D", "L", "seconds"}]: one forward of B × (1 + D) new tokens on a cache prefilled to L."""
-    from transformers import DynamicCache
+    """[{"B", "D", "L", "seconds"}]: one verification forward of B × (1 + D) tokens at context L,
+    through the engine's own runner (ragged mask, positions, rollback), as the engine pays it."""
+    from ..target import ModelRunner
 
-    import inspect
-    params = inspect.signature(model.forward).parameters
-    key = next((k for k in ("cache", "past_key_values", "cache_params") if k in params), "past_key_values")
-    vocab = model.config.vocab_size
-    out = []
+    runner, vocab = ModelRunner(model), model.config.vocab_size
     g = torch.Generator().manual_seed(0)
+    out = []
     for L in context_lengths:
         for B in batch_sizes:
-            ids = torch.randint(0, vocab, (B, L), generator=g).to(device)
-            cache = DynamicCache(config=model.config)
-            model(input_ids=ids, use_cache=True, **{key: cache})
             for D in draft_tokens:
-                new = torch.randint(0, vocab, (B, 1 + D), generator=g).to(device)
-                pos = torch.arange(L, L + 1 + D, device=device).expand(B, -1)
-                mask = torch.ones(B, L + 1 + D, dtype=torch.long, device=device)
-                ts = []
-                for r in range(repeats + 1):
-                    c = copy.deepcopy(cache)
-                    _sync(device)
-                    t0 = time.perf_counter()
-                    model(input_ids=new, attention_mask=mask, position_ids=pos, use_cache=True, **{key: c})
-                    _sync(device)
-                    if r:  # first run is a warm-up
-                        ts.append(time.perf_counter() - t0)
-                sec = statistics.median(ts)
+                sec = _runner_step(runner, B, L, 1 + D, vocab, g, device, repeats, warmup=1)
                 out.append({"B": int(B), "D": int(D), "L": int(L), "seconds": sec})
                 if log:
                     log(f"  B={B:<4d} D={D:<3d} L={L:<6d} {sec * 1e3:9.2f} ms")
@@ -138,22 +136,12 @@ def measure_draft_steps(model, batch_sizes: Sequence[int], context_lengths: Sequ
     own runner (lean forward, ragged mask, rollback) — what a draft step really costs."""
     from ..target import ModelRunner
 
-    runner = ModelRunner(model, lean=True)
-    vocab = model.config.vocab_size
+    runner, vocab = ModelRunner(model, lean=True), model.config.vocab_size
     g = torch.Generator().manual_seed(0)
     out = []
     for L in context_lengths:
         for B in batch_sizes:
-            runner.reset(B)
-            runner.forward(torch.randint(0, vocab, (B, L), generator=g).to(device), torch.full((B,), L, device=device))
-            tok = torch.randint(0, vocab, (B, 1), generator=g).to(device)
-            one, zero = torch.ones(B, dtype=torch.long, device=device), torch.zeros(B, dtype=torch.long, device=device)
-
-            def step():
-                runner.mark()
-                runner.forward(tok, one)
-                runner.rollback(zero)
-            sec = _median_time(step, repeats, device, warmup=2)
+            sec = _runner_step(runner, B, L, 1, vocab, g, device, repeats, warmup=2, passes=4)
             out.append({"B": int(B), "L": int(L), "seconds": sec})
             if log:
                 log(f"  draft B={B:<4d} L={L:<6d} {sec * 1e3:9.2f} ms")
