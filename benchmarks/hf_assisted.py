@@ -45,6 +45,19 @@ class ForwardTimer:
             m.register_forward_pre_hook(self._pre)
             m.register_forward_hook(self._post)
 
+    def wrap(self, cls, name: str = "__call__") -> None:
+        """Also count calls of cls.name — draftwise's lean forward of the draft model, which runs
+        the model's modules without going through model.forward."""
+        inner = getattr(cls, name)
+
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return inner(*a, **k)
+            finally:
+                self.total += time.perf_counter() - t0
+        setattr(cls, name, timed)
+
     def _pre(self, module, args):
         module._t0 = time.perf_counter()
 
@@ -101,6 +114,8 @@ def main():
     draft_model.generation_config.num_assistant_tokens_schedule = "constant"
     draft_model.generation_config.assistant_confidence_threshold = 0.0
     timer = ForwardTimer(target_model, draft_model)
+    from draftwise.lean import LeanForward
+    timer.wrap(LeanForward)
     target = draftwise.load_target(target_model, tokenizer=tok)
     drafter = draftwise.build_drafter(draft_model, target)
     N = args.max_new_tokens

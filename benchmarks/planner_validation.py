@@ -3,7 +3,7 @@
     python benchmarks/planner_validation.py --target zoo/target \
         --drafter draft-model:zoo/draft --drafter ngram --out runs/planner-validation
 
-1. `draftwise profile` of the target on a coarse grid (batch 1, 4, 16 × D 0, 3, 8 × both contexts)
+1. `draftwise profile` of the target on a grid (batch 1, 4, 16 × D 0 … 8 × both contexts)
    and of one draft-model token at the same batch sizes: the only timing the planner sees
    (OUT/profile.json);
 2. the measured sweep, `draftwise bench` with the built-in engine: plain decoding and D = 1 … 8 per
@@ -82,7 +82,8 @@ def main() -> None:
     ap.add_argument("--num-requests", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--profile-batch-sizes", default="1,4,16")
-    ap.add_argument("--profile-draft-tokens", default="0,3,8")
+    ap.add_argument("--profile-draft-tokens", default="0,1,2,3,4,5,6,7,8",
+                    help="every D: small-row GEMMs on CPUs are not monotone in rows (see BENCHMARKS.md)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--tolerance", type=float, default=0.15, help="speedup error counted as a hit")
     ap.add_argument("--out", default="runs/planner-validation")

@@ -24,7 +24,7 @@ def supports(model) -> bool:
         return False
     inner = getattr(model, "model", None)
     return all(hasattr(inner, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb")) \
-        and hasattr(model, "lm_head")
+        and hasattr(model, "lm_head") and hasattr(inner.norm, "variance_epsilon")
 
 
 class LeanForward:
@@ -35,6 +35,11 @@ class LeanForward:
         attn = m.layers[0].self_attn
         self.head_dim, self.scaling = attn.head_dim, attn.scaling
         self.qk_norm = hasattr(attn, "q_norm")
+
+    @staticmethod
+    def _norm(module, x):
+        # F.rms_norm instead of the module: one kernel instead of five ops plus a module call
+        return F.rms_norm(x, module.weight.shape, module.weight, module.variance_epsilon)
 
     @staticmethod
     def _rotate(x, cos, sin):
@@ -59,19 +64,19 @@ class LeanForward:
         hd = self.head_dim
         for i, layer in enumerate(self.layers):
             a = layer.self_attn
-            x = layer.input_layernorm(h)
+            x = self._norm(layer.input_layernorm, h)
             q = a.q_proj(x).view(B, W, -1, hd)
             k = a.k_proj(x).view(B, W, -1, hd)
             v = a.v_proj(x).view(B, W, -1, hd).transpose(1, 2)
             if self.qk_norm:
-                q, k = a.q_norm(q), a.k_norm(k)
+                q, k = self._norm(a.q_norm, q), self._norm(a.k_norm, k)
             q = self._rotate(q.transpose(1, 2), cos, sin)
             k = self._rotate(k.transpose(1, 2), cos, sin)
             k, v = cache.update(k, v, i)
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling,
                                                enable_gqa=k.shape[1] != q.shape[1])
             h = h + a.o_proj(o.transpose(1, 2).reshape(B, W, -1))
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            h = h + layer.mlp(self._norm(layer.post_attention_layernorm, h))
         if last_only:
             h = h[:, -1:]
-        return self.head(self.norm(h))
+        return self.head(self._norm(self.norm, h))
