@@ -136,14 +136,17 @@ class AdaptiveDraftLength:
     - draft length before drafting (`draft_cap`): the drafting cost of a sequential drafter is paid
       for every drafted token whether or not it is verified, so the number to draft this step is
       argmax_D B·E[τ(D)] / (1/SPS(B(1+D)) + t_draft(D)) from the observed per-position acceptance
-      and the measured drafter time; the prefix scheduler then picks per row among those.
+      and the measured drafter time; the prefix scheduler then picks per row among those;
+    - exploration: until `min_observations` first positions were verified, and every
+      `probe_every`-th step after, everything drafted is verified (and a step that would draft
+      nothing drafts one token), so the statistics keep coming.
     """
 
     MAX_POS, BINS = 16, 10
 
     def __init__(self, sps_curve: Optional[SPSLike] = None, alpha: float = 0.7, max_tokens: Optional[int] = None,
                  *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None, learn: bool = True,
-                 prior_weight: float = 4.0, probe_every: int = 8):
+                 prior_weight: float = 4.0, probe_every: int = 8, min_observations: int = 32):
         if sps_curve is None and sps_for_batch is None:
             raise ValueError("give sps_curve or sps_for_batch")
         self.sps = _as_sps(sps_curve) if sps_curve is not None else None
@@ -152,6 +155,7 @@ class AdaptiveDraftLength:
         self.alpha = float(alpha)
         self.max_tokens = max_tokens
         self.learn, self.prior_weight, self.probe_every = learn, float(prior_weight), int(probe_every)
+        self.min_observations = int(min_observations)
         self.reset_stats()
 
     def reset_stats(self) -> None:
@@ -285,6 +289,12 @@ class AdaptiveDraftLength:
             return torch.zeros_like(num, dtype=torch.long)
         raw = self.confidence(proposal).detach().to("cpu", torch.float64).clamp(0, 1)
         self._raw = raw
+        exploring = self.learn and self._steps > 0 and (          # _steps > 0: driven by the engine
+            float(self._pos_n[0]) < self.min_observations or self._steps % self.probe_every == 0)
+        if exploring:
+            # explore: verify everything drafted, or an uncalibrated pessimistic confidence would
+            # never be verified and so never corrected (decided before verification: lossless)
+            return num.clone()
         return schedule_prefix(self.calibrated(raw), num, self.sps_at(int(num.shape[0])))
 
 
