@@ -164,9 +164,15 @@ def test_draft_cap_from_acceptance_and_drafter_cost():
     assert AdaptiveDraftLength(lambda N: 100.0, alpha=0.0, learn=False).draft_cap(4, 8) == 8
     # a parallel drafter's cost is flat in D: once paid, long drafts are as cheap as short ones
     p = AdaptiveDraftLength(lambda N: 100.0, alpha=0.6)
-    p.observe(torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long), draft_seconds=0.005,
-              drafted=8, parallel=True)
-    assert p.draft_time(8, parallel=True) == pytest.approx(0.005) and p.draft_cap(4, 8, parallel=True) == 8
+    zero = torch.zeros(4, dtype=torch.long)
+    for D in (8, 2, 5, 0, 8):
+        p.observe(zero, zero, draft_seconds=0.005, drafted=D)
+    assert p.draft_time(8) == pytest.approx(0.0, abs=1e-9) and p.draft_cap(4, 8) == 8
+    # a draft model: a catch-up forward every step (intercept) + one forward per drafted token
+    q = AdaptiveDraftLength(lambda N: 100.0, alpha=0.6)
+    for D in (8, 2, 5, 0, 1, 3):
+        q.observe(zero, zero, draft_seconds=0.002 + 0.001 * D, drafted=D)
+    assert q.draft_time(4) == pytest.approx(0.004)
 
 
 def test_engine_adaptive_drafts_less_for_a_useless_expensive_drafter():

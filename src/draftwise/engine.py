@@ -102,7 +102,7 @@ def decode(
         caps = budget.clamp(min=0, max=num_draft_tokens)
         if drafter is not None and num_draft_tokens > 0:
             if learner is not None:   # how many to draft at all, from past steps only
-                caps = caps.clamp(max=learner.draft_cap(n, num_draft_tokens, drafter.parallel))
+                caps = caps.clamp(max=learner.draft_cap(n, num_draft_tokens))
             prop = drafter.propose(ctx, caps)
             if scheduler is not None:
                 prop.num_tokens = torch.minimum(prop.num_tokens, scheduler(prop))
@@ -127,7 +127,7 @@ def decode(
             drafter.accepted(num_acc)
         t5 = time.perf_counter()
         if learner is not None and drafter is not None and num_draft_tokens > 0:
-            learner.observe(k, num_acc, (t1 - t0) + (t5 - t4), int(prop.tokens.shape[1]), drafter.parallel)
+            learner.observe(k, num_acc, (t1 - t0) + (t5 - t4), int(prop.tokens.shape[1]))
 
         stamp = now()
         acc_l, nxt_l, drafts_l, k_l = num_acc.tolist(), nxt.tolist(), drafts.tolist(), k.tolist()

@@ -136,7 +136,8 @@ class AdaptiveDraftLength:
     - draft length before drafting (`draft_cap`): the drafting cost of a sequential drafter is paid
       for every drafted token whether or not it is verified, so the number to draft this step is
       argmax_D B·E[τ(D)] / (1/SPS(B(1+D)) + t_draft(D)) from the observed per-position acceptance
-      and the measured drafter time; the prefix scheduler then picks per row among those;
+      and the drafter time measured per drafted token; the prefix scheduler then picks per row
+      among those;
     - exploration: until `min_observations` first positions were verified, and every
       `probe_every`-th step after, everything drafted is verified (and a step that would draft
       nothing drafts one token), so the statistics keep coming.
@@ -162,7 +163,7 @@ class AdaptiveDraftLength:
         P, K = self.MAX_POS, self.BINS
         self._pos_n, self._pos_acc = torch.zeros(P, dtype=torch.float64), torch.zeros(P, dtype=torch.float64)
         self._bin_n, self._bin_acc = torch.zeros(P, K, dtype=torch.float64), torch.zeros(P, K, dtype=torch.float64)
-        self._draft_cost: Optional[float] = None    # s per drafted token (sequential) or per step (parallel)
+        self._cost = torch.zeros(5, dtype=torch.float64)   # decayed Σ1, ΣD, Σt, ΣD², ΣDt of drafter steps
         self._steps = 0
         self._raw: Optional[torch.Tensor] = None    # raw confidences of the proposal being verified
 
@@ -186,12 +187,19 @@ class AdaptiveDraftLength:
         w = self.prior_weight
         return ((self._pos_acc + w * self.alpha) / (self._pos_n + w)).tolist()
 
-    def draft_time(self, D: int, parallel: bool = False) -> float:
-        if D <= 0 or self._draft_cost is None:
+    def draft_time(self, D: int) -> float:
+        """Drafter seconds a step spends because it drafts D tokens rather than none: the slope of
+        a (decayed) least-squares line through the observed (tokens drafted, drafter time) of past
+        steps. What every step pays anyway (a draft model catching up on accepted tokens) is the
+        intercept and does not count; a parallel drafter's slope comes out ≈ 0 by itself."""
+        n, sd, st, sdd, sdt = self._cost.tolist()
+        if D <= 0 or n <= 0 or sd <= 0:
             return 0.0
-        return self._draft_cost if parallel else self._draft_cost * D
+        var = sdd / n - (sd / n) ** 2
+        slope = (sdt / n - sd * st / n ** 2) / var if var > 1e-9 else st / sd
+        return max(0.0, slope) * D
 
-    def draft_cap(self, batch_size: int, max_draft: int, parallel: bool = False) -> int:
+    def draft_cap(self, batch_size: int, max_draft: int) -> int:
         """How many tokens to draft this step (before drafting)."""
         self._steps += 1
         if not self.learn or max_draft <= 0:
@@ -205,7 +213,7 @@ class AdaptiveDraftLength:
             if D:
                 surv *= alpha[min(D, self.MAX_POS) - 1]
                 E += surv
-            v = E / (1.0 / sps(batch_size * (1 + D)) + self.draft_time(D, parallel))
+            v = E / (1.0 / sps(batch_size * (1 + D)) + self.draft_time(D))
             if v > best_v * (1 + 1e-9):
                 best, best_v = D, v
         if best == 0 and self._steps % self.probe_every == 0:
@@ -213,13 +221,14 @@ class AdaptiveDraftLength:
         return best
 
     def observe(self, verified: torch.Tensor, accepted: torch.Tensor, draft_seconds: float = 0.0,
-                drafted: int = 0, parallel: bool = False) -> None:
+                drafted: int = 0) -> None:
         """The verdict of the step just verified: per row, verified drafts and accepted drafts."""
         if not self.learn:
             return
-        if drafted > 0 and draft_seconds > 0:
-            x = draft_seconds if parallel else draft_seconds / drafted
-            self._draft_cost = x if self._draft_cost is None else 0.8 * self._draft_cost + 0.2 * x
+        if draft_seconds > 0:
+            D = float(drafted)
+            self._cost.mul_(0.98).add_(torch.tensor([1.0, D, draft_seconds, D * D, D * draft_seconds],
+                                                    dtype=torch.float64))
         raw, self._raw = self._raw, None
         if raw is None or raw.numel() == 0:
             return
