@@ -95,7 +95,7 @@ def test_property_prefixes_and_first_drop(B, D, data):
 
 
 def test_adaptive_class_sources():
-    sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + 0.1 * (N - 2)), alpha=0.05)
+    sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + 0.1 * (N - 2)), alpha=0.05, padded=False)
     tokens = torch.tensor([[5, 6, 7], [1, 2, 3]])
     num = torch.tensor([3, 3])
     # 1) the drafter's confidence
@@ -111,18 +111,19 @@ def test_adaptive_class_sources():
     assert out2[0] >= 2 and out2[1] == 0
     # 3) constant α (low here → nothing pays)
     assert sched(Proposal(tokens=tokens, num_tokens=num)).tolist() == [0, 0]
-    assert AdaptiveDraftLength(lambda N: 1.0, alpha=0.9)(Proposal(tokens=tokens, num_tokens=num)).tolist() == [3, 3]
+    assert AdaptiveDraftLength(lambda N: 1.0, alpha=0.9, padded=False)(Proposal(tokens=tokens, num_tokens=num)).tolist() == [3, 3]
     assert sched(Proposal.empty(2)).tolist() == [0, 0]
-    assert AdaptiveDraftLength(lambda N: 1.0, alpha=0.9, max_tokens=1)(Proposal(tokens=tokens, num_tokens=num)).tolist() == [1, 1]
+    assert AdaptiveDraftLength(lambda N: 1.0, alpha=0.9, max_tokens=1, padded=False)(Proposal(tokens=tokens, num_tokens=num)).tolist() == [1, 1]
 
 
 def test_from_planner():
-    a = AdaptiveDraftLength.from_planner("llama-3.1-8b", "h100-sxm", batch_size=4, context_length=1024, alpha=0.8)
+    a = AdaptiveDraftLength.from_planner("llama-3.1-8b", "h100-sxm", batch_size=4, context_length=1024, alpha=0.8,
+                                         padded=False)
     assert a.sps(4) >= a.sps(64) > 0
     out = a(Proposal(tokens=torch.zeros(4, 8, dtype=torch.long), num_tokens=torch.full((4,), 8)))
     assert out.shape == (4,) and bool((out > 0).all())
     # one curve per batch size: memory-bound at 4 rows (long drafts), compute-bound at 512 (short)
-    per = AdaptiveDraftLength.from_planner("llama-3.1-8b", "h100-sxm", context_length=128, alpha=0.6)
+    per = AdaptiveDraftLength.from_planner("llama-3.1-8b", "h100-sxm", context_length=128, alpha=0.6, padded=False)
     small = per(Proposal(tokens=torch.zeros(4, 8, dtype=torch.long), num_tokens=torch.full((4,), 8)))
     big = per(Proposal(tokens=torch.zeros(512, 8, dtype=torch.long), num_tokens=torch.full((512,), 8)))
     assert small.float().mean() > big.float().mean()
@@ -188,3 +189,20 @@ def test_engine_adaptive_drafts_less_for_a_useless_expensive_drafter():
     assert [o.token_ids for o in out] == [o.token_ids for o in ref]
     late = [n for o in out for n in o.num_drafted[10:]]
     assert sum(late) / len(late) < 1.0, late
+
+
+def test_schedule_width_for_a_padded_verify_block():
+    from draftwise.planner.adaptive import schedule_width
+    conf = torch.tensor([[0.9, 0.9, 0.9, 0.9], [0.2, 0.2, 0.2, 0.2]])
+    valid = torch.tensor([4, 2])
+    # flat cost: every position pays; rows verify min(width, their drafts)
+    assert schedule_width(conf, valid, lambda N: 1.0).tolist() == [4, 2]
+    # cost growing with the padded block: stop where the summed survival no longer pays
+    sps = lambda N: 1.0 / (1.0 + 0.25 * N)            # noqa: E731
+    w = schedule_width(conf, valid, sps)
+    assert w.tolist()[0] == w.max() and 0 < int(w.max()) < 4
+    # brute force over widths agrees when the gain is concave
+    surv = torch.cumprod(conf, 1) * (torch.arange(4)[None] < valid[:, None])
+    best = max(range(5), key=lambda k: (2 + float(surv[:, :k].sum())) * sps(2 * (1 + k)))
+    assert int(w.max()) == best
+    assert schedule_width(torch.zeros(2, 0), torch.zeros(2, dtype=torch.long), sps).tolist() == [0, 0]

@@ -125,8 +125,8 @@ def test_speculative_sampling_matches_target(kind, temperature, top_k, top_p):
     assert min(firsts) == 1 and max(firsts) == 3
 
 
-@pytest.mark.parametrize("kind", ["stochastic", "deterministic"])
-def test_speculative_sampling_with_adaptive_draft_length(kind):
+@pytest.mark.parametrize("kind,padded", [("stochastic", False), ("deterministic", False), ("stochastic", True)])
+def test_speculative_sampling_with_adaptive_draft_length(kind, padded):
     """Run-time adaptive D picks each row's verified prefix from the drafts' confidences (and from
     past steps), never from the target's verdict: the output distribution stays the target's."""
     from draftwise.planner.adaptive import AdaptiveDraftLength
@@ -137,7 +137,8 @@ def test_speculative_sampling_with_adaptive_draft_length(kind):
     drafter = (DraftModelDrafter if kind == "stochastic" else GreedyDraft)(draft, VOCAB)
     # verification cost rising with the verified tokens, so that the scheduler stops mid-draft
     scale = (8 if kind == "stochastic" else 32) * N_DRAWS
-    sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + N / scale), min_observations=0, probe_every=10**9)
+    sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + N / scale), min_observations=0, probe_every=10**9,
+                                padded=padded)
     counts, out = empirical_joint(model, drafter, params, D=3, seed=2, adaptive=sched)
     x2, df = chi_square(counts, exact_joint(model, params), N_DRAWS)
     assert x2 < threshold(df), f"X²={x2:.0f} with df={df}"
@@ -157,7 +158,7 @@ def test_scheduler_reading_the_sampled_token_is_caught(monkeypatch):
     model = tiny_target()
     drafter = DraftModelDrafter(noisy_copy(model, 0.5), VOCAB)
     sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + N / (8 * N_DRAWS)), min_observations=0,
-                                probe_every=10**9)
+                                probe_every=10**9, padded=False)
     counts, _ = empirical_joint(model, drafter, SamplingParams(1.0), D=3, seed=2, adaptive=sched)
     x2, df = chi_square(counts, exact_joint(model, SamplingParams(1.0)), N_DRAWS)
     assert x2 > threshold(df), f"a value-dependent scheduler went unnoticed: X²={x2:.0f}, df={df}"

@@ -110,6 +110,30 @@ def schedule_prefix(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPS
     return out.to(num_tokens.device)
 
 
+def schedule_width(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPSLike) -> torch.LongTensor:
+    """`schedule_prefix` for an engine that pads the verify block to its widest row (draftwise's own:
+    B rows × (1 + w) tokens cost the same whatever each row uses). Widen w one position at a time
+    while Θ = τ*·SPS(B(1 + w)) rises, every row verifying min(w, its drafts): extra positions inside
+    the paid width are free. Position w's decision reads only confidences up to w, so the
+    lossless condition of `schedule_prefix` holds."""
+    sps_fn = _as_sps(sps)
+    conf = confidence.detach().to("cpu", torch.float64).clamp(0.0, 1.0)
+    B, D = conf.shape
+    valid = num_tokens.detach().to("cpu", torch.long).clamp(0, D)
+    if B == 0 or D == 0:
+        return torch.zeros(B, dtype=torch.long).to(num_tokens.device)
+    surv = torch.cumprod(conf, dim=1) * (torch.arange(D)[None, :] < valid[:, None])
+    gain = surv.sum(0).tolist()
+    tau, w = float(B), 0
+    theta = tau * sps_fn(float(B))
+    for j in range(int(valid.max())):
+        new_theta = (tau + gain[j]) * sps_fn(float(B * (j + 2)))
+        if not new_theta > theta:
+            break
+        tau, theta, w = tau + gain[j], new_theta, j + 1
+    return valid.clamp(max=w).to(num_tokens.device)
+
+
 def expected_throughput(confidence: torch.Tensor, lengths: torch.Tensor, sps: SPSLike) -> float:
     """Θ = τ*·SPS(N) for given per-row lengths (for tests and reports)."""
     sps_fn = _as_sps(sps)
@@ -147,7 +171,8 @@ class AdaptiveDraftLength:
 
     def __init__(self, sps_curve: Optional[SPSLike] = None, alpha: float = 0.7, max_tokens: Optional[int] = None,
                  *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None, learn: bool = True,
-                 prior_weight: float = 4.0, probe_every: int = 8, min_observations: int = 32):
+                 prior_weight: float = 4.0, probe_every: int = 8, min_observations: int = 32,
+                 padded: bool = True):
         if sps_curve is None and sps_for_batch is None:
             raise ValueError("give sps_curve or sps_for_batch")
         self.sps = _as_sps(sps_curve) if sps_curve is not None else None
@@ -157,6 +182,7 @@ class AdaptiveDraftLength:
         self.max_tokens = max_tokens
         self.learn, self.prior_weight, self.probe_every = learn, float(prior_weight), int(probe_every)
         self.min_observations = int(min_observations)
+        self.padded = padded     # draftwise pads the verify block: cost follows the widest row
         self.reset_stats()
 
     def reset_stats(self) -> None:
@@ -304,7 +330,8 @@ class AdaptiveDraftLength:
             # explore: verify everything drafted, or an uncalibrated pessimistic confidence would
             # never be verified and so never corrected (decided before verification: lossless)
             return num.clone()
-        return schedule_prefix(self.calibrated(raw), num, self.sps_at(int(num.shape[0])))
+        schedule = schedule_width if self.padded else schedule_prefix
+        return schedule(self.calibrated(raw), num, self.sps_at(int(num.shape[0])))
 
 
 def measure_sps_curve(runner, batch_size: int, context_length: int, max_tokens: int = 16,
