@@ -158,7 +158,7 @@ def test_draft_cap_from_acceptance_and_drafter_cost():
                    confidence=torch.full((4, cap), 0.5)))
         b.observe(torch.full((4,), cap), torch.zeros(4, dtype=torch.long), draft_seconds=0.01 * cap, drafted=cap)
     caps = [b.draft_cap(4, 8) for _ in range(16)]
-    assert caps.count(0) >= 14 and max(caps) == 1
+    assert caps.count(0) >= 14 and max(caps) == 8        # full-length probes every probe_every steps
     # free drafting, verification cost flat and high acceptance: draft everything allowed
     assert AdaptiveDraftLength(lambda N: 100.0, alpha=0.9).draft_cap(4, 8) == 8
     assert AdaptiveDraftLength(lambda N: 100.0, alpha=0.9, max_tokens=3).draft_cap(4, 8) == 3
@@ -188,7 +188,7 @@ def test_engine_adaptive_drafts_less_for_a_useless_expensive_drafter():
     out = draftwise.generate(model, prompts, drafter=junk, num_draft_tokens=8, max_new_tokens=40, adaptive=sched)
     assert [o.token_ids for o in out] == [o.token_ids for o in ref]
     late = [n for o in out for n in o.num_drafted[10:]]
-    assert sum(late) / len(late) < 1.0, late
+    assert sum(n == 0 for n in late) >= 0.7 * len(late), late     # only the periodic probes draft
 
 
 def test_schedule_width_for_a_padded_verify_block():

@@ -33,7 +33,8 @@ class NgramDrafter(Drafter):
 
     def propose(self, ctx: DraftContext, max_tokens: torch.Tensor) -> Proposal:
         caps = max_tokens.tolist()
-        rows = [lookup(np.asarray(s, dtype=np.int64), k, self.max_n, self.min_n) for s, k in zip(ctx.sequences, caps)]
+        rows = [lookup(np.asarray(s, dtype=np.int64), k, self.max_n, self.min_n) if k > 0 else []
+                for s, k in zip(ctx.sequences, caps)]   # no matching when nothing may be drafted
         return pad_proposals(rows, max_tokens.device)
 
 

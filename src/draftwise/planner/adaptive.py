@@ -163,8 +163,8 @@ class AdaptiveDraftLength:
       and the drafter time measured per drafted token; the prefix scheduler then picks per row
       among those;
     - exploration: until `min_observations` first positions were verified, and every
-      `probe_every`-th step after, everything drafted is verified (and a step that would draft
-      nothing drafts one token), so the statistics keep coming.
+      `probe_every`-th step after, the step drafts the full D and verifies all of it, so the
+      statistics keep coming for every position.
     """
 
     MAX_POS, BINS = 16, 10
@@ -242,8 +242,9 @@ class AdaptiveDraftLength:
             v = E / (1.0 / sps(batch_size * (1 + D)) + self.draft_time(D))
             if v > best_v * (1 + 1e-9):
                 best, best_v = D, v
-        if best == 0 and self._steps % self.probe_every == 0:
-            best = 1   # keep observing acceptance, or a pessimistic start could never recover
+        if self._steps % self.probe_every == 0 or float(self._pos_n[0]) < self.min_observations:
+            best = max_draft   # explore: observe acceptance at every position, or a pessimistic
+            #                    estimate (or one never measured beyond the cap) could not recover
         return best
 
     def observe(self, verified: torch.Tensor, accepted: torch.Tensor, draft_seconds: float = 0.0,
