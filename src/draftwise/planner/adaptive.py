@@ -160,8 +160,9 @@ class AdaptiveDraftLength:
     - draft length before drafting (`draft_cap`): the drafting cost of a sequential drafter is paid
       for every drafted token whether or not it is verified, so the number to draft this step is
       argmax_D B·E[τ(D)] / (1/SPS(B(1+D)) + t_draft(D)) from the observed per-position acceptance
-      and the drafter time measured per drafted token; the prefix scheduler then picks per row
-      among those;
+      and the drafter time measured per drafted token; `schedule_width` (draftwise's padded verify
+      block) or, with padded=False, the per-row `schedule_prefix` then picks how many of them
+      to verify;
     - exploration: until `min_observations` first positions were verified, and every
       `probe_every`-th step after, the step drafts the full D and verifies all of it, so the
       statistics keep coming for every position.
