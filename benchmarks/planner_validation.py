@@ -26,7 +26,7 @@ import argparse
 import json
 import os
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
@@ -59,16 +59,18 @@ def conditional_acceptance(records: list[dict], D: int, max_new_tokens: int) -> 
     full D available (steps cut short by max_new_tokens are left out). A drafter that proposes
     fewer than D tokens (an n-gram without a long match) counts as rejected beyond its proposal, so
     E[τ(D)] = 1 + Σ_k Π_{j≤k} α_j matches what the drafter really delivers."""
-    reach = [0] * (D + 1)     # reach[k]: steps whose first k drafts were accepted
+    from draftwise.bench.metrics import rates_from_histogram
+
+    hist = Counter()
     for r in records:
         for o in r["outputs"]:
             produced = 0
             for L in o["step_lengths"]:
                 if max_new_tokens - produced - 1 >= D:
-                    for k in range(min(L - 1, D) + 1):
-                        reach[k] += 1
+                    hist[L] += 1
                 produced += L
-    return [reach[k] / reach[k - 1] if reach[k - 1] else 0.0 for k in range(1, D + 1)]
+    cond, _ = rates_from_histogram(hist)    # the benchmark's own definition: P(L ≥ k+1 | L ≥ k)
+    return [cond.get(k + 1, 0.0) for k in range(1, D + 1)]
 
 
 def main() -> None:
