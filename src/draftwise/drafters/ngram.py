@@ -10,7 +10,10 @@ from .base import DraftContext, Drafter, pad_proposals, register
 
 
 def lookup(seq: np.ndarray, k: int, max_n: int, min_n: int) -> list[int]:
-    """Continuation of the most recent match of the longest suffix (n from max_n down to min_n)."""
+    """Continuation of the most recent match of the longest suffix (n from max_n down to min_n).
+
+    The stateless reference: it rescans the whole sequence, O(L·n) per call. The drafter uses
+    `NgramIndex`, which gives the same answer in O(n) per new token."""
     L = len(seq)
     if k <= 0:
         return []
@@ -23,6 +26,36 @@ def lookup(seq: np.ndarray, k: int, max_n: int, min_n: int) -> list[int]:
     return []
 
 
+class NgramIndex:
+    """One row's n-grams → end of their latest occurrence, grown as tokens are committed.
+
+    The n-grams that end at the last token are indexed one call late: a match must end before the
+    last token, or every suffix would match itself."""
+
+    def __init__(self, max_n: int, min_n: int):
+        self.sizes = range(min_n, max_n + 1)
+        self.ends: dict[int, dict[tuple, int]] = {n: {} for n in self.sizes}
+        self.upto = 0   # n-grams ending at positions ≤ upto are indexed
+
+    def lookup(self, seq: list[int], k: int) -> list[int]:
+        L = len(seq)
+        if L - 1 < self.upto:
+            raise ValueError("NgramIndex: the sequence got shorter; build a new index for a new sequence")
+        for e in range(self.upto + 1, L):
+            for n in self.sizes:
+                if e >= n:
+                    self.ends[n][tuple(seq[e - n:e])] = e
+        self.upto = L - 1
+        if k <= 0:
+            return []
+        for n in reversed(self.sizes):
+            if n <= L - 1:
+                e = self.ends[n].get(tuple(seq[L - n:]))
+                if e is not None:
+                    return seq[e:e + k]
+        return []
+
+
 class NgramDrafter(Drafter):
     name = "ngram"
 
@@ -30,11 +63,19 @@ class NgramDrafter(Drafter):
         if not 1 <= min_n <= max_n:
             raise ValueError(f"ngram needs 1 ≤ min_n ≤ max_n, got min_n={min_n}, max_n={max_n}")
         self.max_n, self.min_n = max_n, min_n
+        self._rows: list[NgramIndex] = []
+
+    def start(self, ctx: DraftContext) -> None:
+        self._rows = [NgramIndex(self.max_n, self.min_n) for _ in ctx.sequences]
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self._rows = [self._rows[r] for r in rows.tolist()]
 
     def propose(self, ctx: DraftContext, max_tokens: torch.Tensor) -> Proposal:
+        if len(self._rows) != len(ctx.sequences):   # called outside the engine's start/select_rows
+            self.start(ctx)
         caps = max_tokens.tolist()
-        rows = [lookup(np.asarray(s, dtype=np.int64), k, self.max_n, self.min_n) if k > 0 else []
-                for s, k in zip(ctx.sequences, caps)]   # no matching when nothing may be drafted
+        rows = [idx.lookup(s, k) for idx, s, k in zip(self._rows, ctx.sequences, caps)]
         return pad_proposals(rows, max_tokens.device)
 
 

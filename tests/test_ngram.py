@@ -1,0 +1,33 @@
+"""The incremental n-gram index proposes exactly what a full rescan of the sequence would."""
+import numpy as np
+import torch
+from hypothesis import given, settings, strategies as st
+
+from draftwise.drafters.base import DraftContext
+from draftwise.drafters.ngram import NgramDrafter, NgramIndex, lookup
+from draftwise.types import SamplingParams
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=60), st.integers(1, 3), st.integers(0, 2),
+       st.integers(0, 5), st.integers(1, 7))
+def test_index_matches_rescan(seq, max_n, dn, k, chunk):
+    min_n = max(1, max_n - dn)
+    idx = NgramIndex(max_n, min_n)
+    # grow the sequence in chunks, as accepted tokens arrive, and ask at every length
+    for L in list(range(1, len(seq) + 1, chunk)) + [len(seq)]:
+        got = idx.lookup(seq[:L], k)
+        assert got == lookup(np.asarray(seq[:L], dtype=np.int64), k, max_n, min_n), (seq[:L], k)
+
+
+def test_drafter_follows_row_selection():
+    d = NgramDrafter(max_n=2)
+    seqs = [[1, 2, 3, 1, 2], [5, 6, 5], [7, 8, 9, 7]]
+    ctx = DraftContext(sequences=seqs, params=SamplingParams(), generator=None)
+    d.start(ctx)
+    p = d.propose(ctx, torch.tensor([2, 2, 2]))
+    assert p.tokens[0].tolist() == [3, 1] and p.tokens[1, :1].tolist() == [6] and p.tokens[2].tolist() == [8, 9]
+    d.select_rows(torch.tensor([2, 0]))
+    ctx.sequences = [seqs[2] + [8], seqs[0] + [3]]
+    p = d.propose(ctx, torch.tensor([3, 3]))
+    assert p.tokens[0].tolist() == [9, 7, 8] and p.tokens[1].tolist() == [1, 2, 3]
