@@ -26,8 +26,8 @@ from ..sampling import process_logits, sample
 from ..types import Proposal
 from .base import DraftContext, Drafter, register
 
-from .learned import (frozen_embedding_and_head, load_checkpoint, load_weights, register_config_keys,
-                      save_checkpoint, target_fingerprint, trainable_state)
+from .learned import (DecoderLayer, RMSNorm, frozen_embedding_and_head, load_checkpoint, load_weights,
+                      register_config_keys, save_checkpoint, target_fingerprint, trainable_state)
 
 
 def dflash_layer_ids(num_layers: int, count: int = 4) -> tuple[int, ...]:
@@ -39,94 +39,6 @@ def dflash_layer_ids(num_layers: int, count: int = 4) -> tuple[int, ...]:
     hi = N - 3
     count = max(1, min(count, hi))
     return tuple(sorted({round(1 + i * (hi - 1) / max(count - 1, 1)) for i in range(count)}))
-
-
-# --------------------------------------------------------------------------------------------------
-# building blocks
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        dt = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (self.weight.float() * x).to(dt)
-
-
-def apply_rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
-    """x [B, H, L, hd], pos [B, L] absolute positions (rotate-half convention of Llama/Qwen)."""
-    hd = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd))
-    ang = pos.float()[..., None] * inv  # [B, L, hd/2]
-    ang = torch.cat([ang, ang], -1)[:, None]  # [B, 1, L, hd]
-    cos, sin = ang.cos(), ang.sin()
-    xf = x.float()
-    x1, x2 = xf[..., : hd // 2], xf[..., hd // 2:]
-    rot = torch.cat([-x2, x1], -1)
-    return (xf * cos + rot * sin).to(x.dtype)
-
-
-class Attention(nn.Module):
-    def __init__(self, d: int, heads: int, kv_heads: int, head_dim: int, theta: float, eps: float):
-        super().__init__()
-        self.h, self.kvh, self.hd, self.theta = heads, kv_heads, head_dim, theta
-        self.q_proj = nn.Linear(d, heads * head_dim, bias=False)
-        self.k_proj = nn.Linear(d, kv_heads * head_dim, bias=False)
-        self.v_proj = nn.Linear(d, kv_heads * head_dim, bias=False)
-        self.o_proj = nn.Linear(heads * head_dim, d, bias=False)
-        self.q_norm = RMSNorm(head_dim, eps)
-        self.k_norm = RMSNorm(head_dim, eps)
-
-    def kv(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys (normed, rotated) and values [B, kvh, L, hd] of inputs x [B, L, d] at positions pos."""
-        B, L, _ = x.shape
-        k = self.k_norm(self.k_proj(x).view(B, L, self.kvh, self.hd)).transpose(1, 2)
-        v = self.v_proj(x).view(B, L, self.kvh, self.hd).transpose(1, 2)
-        return apply_rope(k, pos, self.theta), v
-
-    def forward(self, x, pos, ctx_k, ctx_v, mask):
-        """x [B, Q, d] block inputs; ctx_k/v [B, kvh, C, hd]; mask bool [B, Q, C + Q] (True = attend)."""
-        B, Q, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(B, Q, self.h, self.hd)).transpose(1, 2)
-        q = apply_rope(q, pos, self.theta)
-        k, v = self.kv(x, pos)
-        k = torch.cat([ctx_k.to(k.dtype), k], 2)
-        v = torch.cat([ctx_v.to(v.dtype), v], 2)
-        if self.kvh != self.h:
-            rep = self.h // self.kvh
-            k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
-        return self.o_proj(out.transpose(1, 2).reshape(B, Q, self.h * self.hd))
-
-
-class MLP(nn.Module):
-    def __init__(self, d: int, inter: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(d, inter, bias=False)
-        self.up_proj = nn.Linear(d, inter, bias=False)
-        self.down_proj = nn.Linear(inter, d, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class Layer(nn.Module):
-    def __init__(self, cfg: dict):
-        super().__init__()
-        d, eps = cfg["hidden_size"], cfg["rms_norm_eps"]
-        self.input_layernorm = RMSNorm(d, eps)
-        self.self_attn = Attention(d, cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"], cfg["rope_theta"], eps)
-        self.post_attention_layernorm = RMSNorm(d, eps)
-        self.mlp = MLP(d, cfg["intermediate_size"])
-
-    def forward(self, x, pos, ctx_k, ctx_v, mask):
-        x = x + self.self_attn(self.input_layernorm(x), pos, ctx_k, ctx_v, mask)
-        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -189,7 +101,10 @@ class DFlashModel(nn.Module):
         self.fc = nn.Linear(len(self.layer_ids) * int(config["target"]["hidden_size"]), d, bias=False)
         self.ctx_norm = RMSNorm(d, config["rms_norm_eps"])
         self.mask_embedding = nn.Parameter(torch.randn(d) * 0.02)
-        self.layers = nn.ModuleList(Layer(config) for _ in range(config["num_layers"]))
+        self.layers = nn.ModuleList(
+            DecoderLayer(d, config["num_heads"], config["num_kv_heads"], config["intermediate_size"],
+                         config["head_dim"], config["rope_theta"], config["rms_norm_eps"], qk_norm=True)
+            for _ in range(config["num_layers"]))
         self.norm = RMSNorm(d, config["rms_norm_eps"])
         self.embed, self.head = embed, head
         for p in list(embed.parameters()) + list(head.parameters()):
@@ -212,7 +127,7 @@ class DFlashModel(nn.Module):
         return self.ctx_norm(self.fc(hidden.to(self.param_dtype)))
 
     def context_kv(self, feats: torch.Tensor, pos: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return [layer.self_attn.kv(feats, pos) for layer in self.layers]
+        return [layer.attn.project_kv(feats, pos) for layer in self.layers]
 
     def block_inputs(self, anchors: torch.Tensor, n_blocks_shape=None) -> torch.Tensor:
         """anchors [...] token ids → [..., B, d]: the anchor's embedding then B−1 mask embeddings."""
@@ -222,8 +137,8 @@ class DFlashModel(nn.Module):
 
     def backbone(self, x, pos, ctx_kv, mask) -> torch.Tensor:
         """x [B, Q, d] block inputs at positions pos [B, Q]; ctx_kv per layer; → final-normed [B, Q, d]."""
-        for layer, (k, v) in zip(self.layers, ctx_kv):
-            x = layer(x, pos, k, v, mask)
+        for layer, kv in zip(self.layers, ctx_kv):
+            x = layer(x, pos, mask=mask, extra_kv=kv)
         return self.norm(x)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:

@@ -283,11 +283,13 @@ class Attention(nn.Module):
       (True = may attend) over keys [extra_kv ; x] — or causal when mask is None;
     * inference: `forward(x, positions, cache=RaggedKV, n=lengths)` appends the new keys to the cache
       and attends to each row's cache entries at positions ≤ the query's own.
-    `kv_x` (optional) gives extra key/value inputs placed before x (DFlash-style context injection).
+    `extra_kv` (optional) gives extra keys/values placed before x's own (DFlash-style context
+    injection, with `mask` over [extra ; x]). qk_norm: Qwen3-style RMSNorm of each head's queries and
+    keys before RoPE (DFlash's layers).
     """
 
     def __init__(self, dim: int, heads: int, kv_heads: int, head_dim: int | None = None, rope_theta: float = 10000.0,
-                 in_dim: int | None = None):
+                 in_dim: int | None = None, qk_norm: bool = False, eps: float = 1e-6):
         super().__init__()
         self.h, self.kvh = heads, kv_heads
         self.dh = head_dim or dim // heads
@@ -297,10 +299,13 @@ class Attention(nn.Module):
         self.k = nn.Linear(in_dim, kv_heads * self.dh, bias=False)
         self.v = nn.Linear(in_dim, kv_heads * self.dh, bias=False)
         self.o = nn.Linear(heads * self.dh, dim, bias=False)
+        self.q_norm = RMSNorm(self.dh, eps) if qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(self.dh, eps) if qk_norm else nn.Identity()
 
     def project_kv(self, x: torch.Tensor, positions: torch.Tensor):
+        """Keys (rotated) and values [B, kv_heads, T, dh] of inputs x [B, T, d] at `positions`."""
         B, T, _ = x.shape
-        k = self.k(x).view(B, T, self.kvh, self.dh).transpose(1, 2)
+        k = self.k_norm(self.k(x).view(B, T, self.kvh, self.dh)).transpose(1, 2)
         v = self.v(x).view(B, T, self.kvh, self.dh).transpose(1, 2)
         cos, sin = rope_cos_sin(positions, self.dh, self.theta)
         return apply_rope(k, cos, sin), v
@@ -311,7 +316,7 @@ class Attention(nn.Module):
         [B|1, T, S] over the keys [extra_kv ; x]. return_kv: also return x's own (k, v) (rotated,
         before head repetition) so a caller can pass them as extra_kv later (unrolled training)."""
         B, T, _ = x.shape
-        q = self.q(x).view(B, T, self.h, self.dh).transpose(1, 2)
+        q = self.q_norm(self.q(x).view(B, T, self.h, self.dh)).transpose(1, 2)
         cos, sin = rope_cos_sin(positions, self.dh, self.theta)
         q = apply_rope(q, cos, sin)
         k, v = self.project_kv(x, positions)
@@ -357,10 +362,10 @@ class DecoderLayer(nn.Module):
     """Pre-norm Llama block: x + Attn(norm(x)); + MLP(norm(x))."""
 
     def __init__(self, dim: int, heads: int, kv_heads: int, ffn: int, head_dim: int | None = None,
-                 rope_theta: float = 10000.0, eps: float = 1e-6):
+                 rope_theta: float = 10000.0, eps: float = 1e-6, qk_norm: bool = False):
         super().__init__()
         self.attn_norm = RMSNorm(dim, eps)
-        self.attn = Attention(dim, heads, kv_heads, head_dim, rope_theta)
+        self.attn = Attention(dim, heads, kv_heads, head_dim, rope_theta, qk_norm=qk_norm, eps=eps)
         self.mlp_norm = RMSNorm(dim, eps)
         self.mlp = MLP(dim, ffn)
 
