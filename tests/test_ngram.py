@@ -31,3 +31,10 @@ def test_drafter_follows_row_selection():
     ctx.sequences = [seqs[2] + [8], seqs[0] + [3]]
     p = d.propose(ctx, torch.tensor([3, 3]))
     assert p.tokens[0].tolist() == [9, 7, 8] and p.tokens[1].tolist() == [1, 2, 3]
+
+
+def test_loop_is_continued_cyclically():
+    idx = NgramIndex(3, 1)
+    # "a b a b a b": the latest match of [b, a, b] ends two tokens before the end → period 2
+    assert idx.lookup([1, 2, 1, 2, 1, 2], 5) == [1, 2, 1, 2, 1]
+    assert lookup(np.asarray([7, 7, 7]), 4, 3, 1) == [7, 7, 7, 7]

@@ -1,4 +1,7 @@
-"""Prompt lookup: find the latest earlier occurrence of the last n tokens, propose what followed."""
+"""Prompt lookup: find the latest earlier occurrence of the last n tokens, propose what followed.
+
+A match that ends p < k tokens before the end implies a period p (the text is repeating itself):
+the continuation is then extended cyclically, so a loop yields k drafts rather than p."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,9 +24,17 @@ def lookup(seq: np.ndarray, k: int, max_n: int, min_n: int) -> list[int]:
         windows = sliding_window_view(seq[: L - 1], n)  # windows ending before the last token
         hits = np.flatnonzero((windows == seq[L - n:]).all(axis=1))
         if hits.size:
-            start = int(hits[-1]) + n
-            return seq[start: start + k].tolist()
+            return continuation(seq.tolist(), int(hits[-1]) + n, k)
     return []
+
+
+def continuation(seq: list[int], e: int, k: int) -> list[int]:
+    """k tokens after position e, continuing with period len(seq) − e past the end."""
+    out = seq[e:e + k]
+    p = len(seq) - e
+    while len(out) < k:
+        out.append(out[len(out) - p])
+    return out
 
 
 class NgramIndex:
@@ -52,7 +63,7 @@ class NgramIndex:
             if n <= L - 1:
                 e = self.ends[n].get(tuple(seq[L - n:]))
                 if e is not None:
-                    return seq[e:e + k]
+                    return continuation(seq, e, k)
         return []
 
 

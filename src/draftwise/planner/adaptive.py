@@ -22,6 +22,7 @@ import bisect
 import math
 from typing import Callable, Optional, Sequence, Union
 
+import numpy as np
 import torch
 
 SPSLike = Union[Callable[[float], float], "SPSCurve", Sequence[Sequence[float]], dict]
@@ -61,6 +62,10 @@ class SPSCurve:
         return s0 + t * (s1 - s0)
 
 
+def _as_np(x) -> np.ndarray:
+    return x.detach().to("cpu", torch.float64).numpy() if isinstance(x, torch.Tensor) else np.asarray(x, np.float64)
+
+
 def _as_sps(sps: SPSLike) -> Callable[[float], float]:
     if callable(sps):
         return sps
@@ -76,7 +81,7 @@ def schedule_prefix(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPS
     Returns a LongTensor [B] (on num_tokens' device) with 0 ≤ ℓ_r ≤ num_tokens[r].
     """
     sps_fn = _as_sps(sps)
-    conf = confidence.detach().to("cpu", torch.float64).clamp(0.0, 1.0)
+    conf = torch.from_numpy(np.clip(_as_np(confidence), 0.0, 1.0))
     if conf.dim() != 2:
         raise ValueError(f"confidence must be [B, D], got {tuple(confidence.shape)}")
     B, D = conf.shape
@@ -117,21 +122,21 @@ def schedule_width(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPSL
     the paid width are free. Position w's decision reads only confidences up to w, so the
     lossless condition of `schedule_prefix` holds."""
     sps_fn = _as_sps(sps)
-    conf = confidence.detach().to("cpu", torch.float64).clamp(0.0, 1.0)
+    conf = np.clip(_as_np(confidence), 0.0, 1.0)
     B, D = conf.shape
-    valid = num_tokens.detach().to("cpu", torch.long).clamp(0, D)
-    if B == 0 or D == 0:
-        return torch.zeros(B, dtype=torch.long).to(num_tokens.device)
-    surv = torch.cumprod(conf, dim=1) * (torch.arange(D)[None, :] < valid[:, None])
-    gain = surv.sum(0).tolist()
-    tau, w = float(B), 0
-    theta = tau * sps_fn(float(B))
-    for j in range(int(valid.max())):
-        new_theta = (tau + gain[j]) * sps_fn(float(B * (j + 2)))
-        if not new_theta > theta:
-            break
-        tau, theta, w = tau + gain[j], new_theta, j + 1
-    return valid.clamp(max=w).to(num_tokens.device)
+    valid = np.clip(num_tokens.detach().cpu().numpy().astype(np.int64), 0, D)
+    w = 0
+    if B and D:
+        surv = np.cumprod(conf, axis=1) * (np.arange(D)[None, :] < valid[:, None])
+        gain = surv.sum(0).tolist()
+        tau = float(B)
+        theta = tau * sps_fn(float(B))
+        for j in range(int(valid.max())):
+            new_theta = (tau + gain[j]) * sps_fn(float(B * (j + 2)))
+            if not new_theta > theta:
+                break
+            tau, theta, w = tau + gain[j], new_theta, j + 1
+    return num_tokens.clamp(min=0, max=min(w, D)).long()
 
 
 def expected_throughput(confidence: torch.Tensor, lengths: torch.Tensor, sps: SPSLike) -> float:
@@ -187,24 +192,25 @@ class AdaptiveDraftLength:
         self.reset_stats()
 
     def reset_stats(self) -> None:
+        # numpy, not torch: these arrays are tiny and touched every step, where each torch op's
+        # dispatch (~5 µs) added up to a millisecond per step
         P, K = self.MAX_POS, self.BINS
-        self._pos_n, self._pos_acc = torch.zeros(P, dtype=torch.float64), torch.zeros(P, dtype=torch.float64)
-        self._bin_n, self._bin_acc = torch.zeros(P, K, dtype=torch.float64), torch.zeros(P, K, dtype=torch.float64)
-        self._cost = torch.zeros(5, dtype=torch.float64)   # decayed Σ1, ΣD, Σt, ΣD², ΣDt of drafter steps
+        self._pos_n, self._pos_acc = np.zeros(P), np.zeros(P)
+        self._bin_n, self._bin_acc = np.zeros((P, K)), np.zeros((P, K))
+        self._cost = np.zeros(5)   # decayed Σ1, ΣD, Σt, ΣD², ΣDt of drafter steps
         self._steps = 0
-        self._raw: Optional[torch.Tensor] = None    # raw confidences of the proposal being verified
+        self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
 
     # --- learned statistics --------------------------------------------------------------------
-    def _bins(self, conf: torch.Tensor) -> torch.Tensor:
-        return (conf * self.BINS).long().clamp(0, self.BINS - 1)
+    def _bins(self, conf: np.ndarray) -> np.ndarray:
+        return np.clip((conf * self.BINS).astype(np.int64), 0, self.BINS - 1)
 
-    def calibrated(self, conf: torch.Tensor) -> torch.Tensor:
+    def calibrated(self, conf) -> np.ndarray:
         """Observed acceptance rate for these raw confidences [B, D] (prior: the raw value)."""
-        conf = conf.detach().to("cpu", torch.float64).clamp(0, 1)
-        if not self.learn or conf.numel() == 0:
+        conf = np.clip(_as_np(conf), 0.0, 1.0)
+        if not self.learn or conf.size == 0:
             return conf
-        D = conf.shape[1]
-        pos = torch.arange(D).clamp(max=self.MAX_POS - 1).expand_as(conf)
+        pos = np.minimum(np.arange(conf.shape[1]), self.MAX_POS - 1)[None, :]
         b = self._bins(conf)
         w = self.prior_weight
         return (self._bin_acc[pos, b] + w * conf) / (self._bin_n[pos, b] + w)
@@ -214,17 +220,19 @@ class AdaptiveDraftLength:
         w = self.prior_weight
         return ((self._pos_acc + w * self.alpha) / (self._pos_n + w)).tolist()
 
+    def _draft_slope(self) -> float:
+        n, sd, st, sdd, sdt = self._cost.tolist()
+        if n <= 0 or sd <= 0:
+            return 0.0
+        var = sdd / n - (sd / n) ** 2
+        return max(0.0, (sdt / n - sd * st / n ** 2) / var if var > 1e-9 else st / sd)
+
     def draft_time(self, D: int) -> float:
         """Drafter seconds a step spends because it drafts D tokens rather than none: the slope of
         a (decayed) least-squares line through the observed (tokens drafted, drafter time) of past
         steps. What every step pays anyway (a draft model catching up on accepted tokens) is the
         intercept and does not count; a parallel drafter's slope comes out ≈ 0 by itself."""
-        n, sd, st, sdd, sdt = self._cost.tolist()
-        if D <= 0 or n <= 0 or sd <= 0:
-            return 0.0
-        var = sdd / n - (sd / n) ** 2
-        slope = (sdt / n - sd * st / n ** 2) / var if var > 1e-9 else st / sd
-        return max(0.0, slope) * D
+        return self._draft_slope() * D if D > 0 else 0.0
 
     def draft_cap(self, batch_size: int, max_draft: int) -> int:
         """How many tokens to draft this step (before drafting)."""
@@ -233,19 +241,20 @@ class AdaptiveDraftLength:
             return max_draft
         if self.max_tokens is not None:
             max_draft = min(max_draft, self.max_tokens)
+        if self._steps % self.probe_every == 0 or self._pos_n[0] < self.min_observations:
+            return max_draft   # explore: observe acceptance at every position, or a pessimistic
+            #                    estimate (or one never measured beyond the cap) could not recover
         sps = self.sps_at(batch_size)
         alpha = self.position_alpha()
+        slope = self._draft_slope()
         best, best_v, E, surv = 0, 0.0, 1.0, 1.0
         for D in range(max_draft + 1):
             if D:
                 surv *= alpha[min(D, self.MAX_POS) - 1]
                 E += surv
-            v = E / (1.0 / sps(batch_size * (1 + D)) + self.draft_time(D))
+            v = E / (1.0 / sps(batch_size * (1 + D)) + slope * D)
             if v > best_v * (1 + 1e-9):
                 best, best_v = D, v
-        if self._steps % self.probe_every == 0 or float(self._pos_n[0]) < self.min_observations:
-            best = max_draft   # explore: observe acceptance at every position, or a pessimistic
-            #                    estimate (or one never measured beyond the cap) could not recover
         return best
 
     def observe(self, verified: torch.Tensor, accepted: torch.Tensor, draft_seconds: float = 0.0,
@@ -255,25 +264,23 @@ class AdaptiveDraftLength:
             return
         if draft_seconds > 0:
             D = float(drafted)
-            self._cost.mul_(0.98).add_(torch.tensor([1.0, D, draft_seconds, D * D, D * draft_seconds],
-                                                    dtype=torch.float64))
+            self._cost *= 0.98
+            self._cost += (1.0, D, draft_seconds, D * D, D * draft_seconds)
         raw, self._raw = self._raw, None
-        if raw is None or raw.numel() == 0:
+        if raw is None or raw.size == 0:
             return
-        ver = verified.detach().to("cpu", torch.long)
-        acc = accepted.detach().to("cpu", torch.long)
-        D = raw.shape[1]
-        j = torch.arange(D)[None, :]
-        seen = (j < torch.minimum(ver, acc + 1)[:, None]) & (j < self.MAX_POS)   # position reached and verified
-        ok = (j < acc[:, None]) & seen
-        pos = j.expand_as(raw)[seen]
-        b = self._bins(raw)[seen]
-        y = ok[seen].double()
-        self._pos_n.index_add_(0, pos, torch.ones_like(y))
-        self._pos_acc.index_add_(0, pos, y)
-        flat = pos * self.BINS + b
-        self._bin_n.view(-1).index_add_(0, flat, torch.ones_like(y))
-        self._bin_acc.view(-1).index_add_(0, flat, y)
+        ver, acc = _as_np(verified).astype(np.int64), _as_np(accepted).astype(np.int64)
+        j = np.arange(raw.shape[1])[None, :]
+        seen = (j < np.minimum(ver, acc + 1)[:, None]) & (j < self.MAX_POS)   # position reached and verified
+        if not seen.any():
+            return
+        pos = np.broadcast_to(j, raw.shape)[seen]
+        y = (j < acc[:, None])[seen].astype(np.float64)
+        np.add.at(self._pos_n, pos, 1.0)
+        np.add.at(self._pos_acc, pos, y)
+        flat = pos * self.BINS + self._bins(raw)[seen]
+        np.add.at(self._bin_n.reshape(-1), flat, 1.0)
+        np.add.at(self._bin_acc.reshape(-1), flat, y)
 
     def sps_at(self, batch_size: int) -> Callable[[float], float]:
         """The SPS curve used for a batch of `batch_size` rows."""
@@ -324,10 +331,10 @@ class AdaptiveDraftLength:
         if proposal.tokens.shape[-1] == 0:
             self._raw = None
             return torch.zeros_like(num, dtype=torch.long)
-        raw = self.confidence(proposal).detach().to("cpu", torch.float64).clamp(0, 1)
+        raw = np.clip(_as_np(self.confidence(proposal)), 0.0, 1.0)
         self._raw = raw
         exploring = self.learn and self._steps > 0 and (          # _steps > 0: driven by the engine
-            float(self._pos_n[0]) < self.min_observations or self._steps % self.probe_every == 0)
+            self._pos_n[0] < self.min_observations or self._steps % self.probe_every == 0)
         if exploring:
             # explore: verify everything drafted, or an uncalibrated pessimistic confidence would
             # never be verified and so never corrected (decided before verification: lossless)
