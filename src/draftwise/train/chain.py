@@ -65,3 +65,21 @@ def unrolled_loss(model, batch: dict, steps: int, decay: float = 0.8):
         logs[f"acc_{i}"] = float(agree)
         g = out
     return total / wsum, logs
+
+
+def entry_points(model_cls, ttt_steps: int, ttt_decay: float = 0.8):
+    """(DEFAULTS, build_model, loss_fn) of a chain drafter's training module; they differ only in
+    the model class and how many steps the training-time test unrolls."""
+    defaults = {"lr": 1e-3, "batch_size": 8, "seq_len": 256, "warmup_steps": 20, "weight_decay": 0.0,
+                "grad_clip": 1.0, "ttt_steps": ttt_steps, "ttt_decay": ttt_decay}
+
+    def build_model(target, ttt_steps: int = ttt_steps, ttt_decay: float = ttt_decay, **opts):
+        model = model_cls(target, **opts)
+        model.config["ttt_steps"], model.config["ttt_decay"] = int(ttt_steps), float(ttt_decay)
+        return model
+
+    def loss_fn(model, batch):
+        m = getattr(model, "module", model)   # unwrap DDP
+        return unrolled_loss(m, batch, m.config.get("ttt_steps", ttt_steps), m.config.get("ttt_decay", ttt_decay))
+
+    return defaults, build_model, loss_fn

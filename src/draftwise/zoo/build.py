@@ -692,25 +692,27 @@ def add_cli(sub) -> None:
     b.add_argument("--install", action="store_true", help="apt-get install missing Debian sources")
     b.add_argument("--stage", choices=["all"] + STAGES + EXTRA_STAGES, default="all",
                    help="run only this stage (its inputs must exist); default all, skipping finished ones")
-    b.add_argument("--preset", choices=sorted(PRESETS), default="small",
-                   help="model sizes: small (4-layer target, 1-layer draft) or full (6-layer 12.6M / 2-layer)")
+    b.add_argument("--preset", choices=sorted(PRESETS), default="full",
+                   help="model sizes: full (the committed pair: 6-layer 11.0M target, 2-layer 2.6M draft) "
+                        "or small (4-layer target, 1-layer draft: about 4x cheaper to train)")
     b.add_argument("--vocab-size", type=int, default=4096)
-    b.add_argument("--target-tokens", type=int, default=560_000)
-    b.add_argument("--draft-tokens", type=int, default=1_700_000)
+    b.add_argument("--target-tokens", type=int, default=10_500_000)
+    b.add_argument("--draft-tokens", type=int, default=5_000_000)
     b.add_argument("--target-lr", type=float, default=2e-3)
     b.add_argument("--draft-lr", type=float, default=3e-3)
-    b.add_argument("--target-extend-tokens", type=int, default=300_000,
+    b.add_argument("--target-extend-tokens", type=int, default=0,
                    help="after the target's schedule, train this many more tokens from its weights "
                         "(fresh optimizer, own warm-up + cosine)")
     b.add_argument("--target-extend-lr", type=float, default=1.5e-3)
-    b.add_argument("--target-batch", type=int, default=2, help="sequences per step")
-    b.add_argument("--draft-batch", type=int, default=4, help="sequences per step")
+    b.add_argument("--target-batch", type=int, default=8, help="sequences per step")
+    b.add_argument("--draft-batch", type=int, default=8, help="sequences per step")
     b.add_argument("--seq-len", type=int, default=512)
     b.add_argument("--seed", type=int, default=SEED)
     b.add_argument("--ckpt-minutes", type=float, default=5.0)
     b.add_argument("--eval-tokens", type=int, default=8192, help="held-out tokens per source for eval")
     b.add_argument("--threads", type=int, default=None)
-    b.add_argument("--compile", action="store_true", help="torch.compile the training step")
+    b.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                   help="torch.compile the training step (default on: 1.13x faster here; --no-compile for eager)")
     b.add_argument("--bf16", action="store_true",
                    help="bf16 autocast (only on CPUs with bf16 matmuls: AVX-512-BF16 / AMX)")
     b.add_argument("--no-progress", action="store_true")
