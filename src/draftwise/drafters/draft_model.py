@@ -71,26 +71,29 @@ class DraftModelDrafter(Drafter):
         logits, _ = r.forward(toks, lengths)
         last = logits[torch.arange(B, device=dev), (lengths - 1).clamp_min(0)]
         k = int(max_tokens.max()) if B else 0
-        tokens = torch.zeros(B, k, dtype=torch.long, device=dev)
-        probs = None if ctx.params.greedy else torch.zeros(B, k, self.target_vocab, device=dev)
-        # confidence of position j: the peak of the draft's distribution there, a function of the
-        # tokens before j only (never of the token sampled at j, which would bias sampled output
-        # once the adaptive scheduler reads it); for greedy drafts it is q of the drafted token
-        conf = torch.zeros(B, k, device=dev)
+        feeds = (max_tokens[:, None] > torch.arange(1, max(k, 1), device=dev)).long()  # rows still drafting
+        toks_j, dists = [], []   # per position: drafted token, and q (sampled) or the logits (greedy)
         r.mark()
         for j in range(k):
             tok, q = self._next(last, ctx)
-            tokens[:, j] = tok
-            if q is not None:
-                probs[:, j] = q
-                conf[:, j] = q.max(-1).values
-            else:
-                conf[:, j] = last.softmax(-1).max(-1).values
+            toks_j.append(tok)
+            dists.append(q if q is not None else last)
             if j + 1 < k:
-                feed = (max_tokens > j + 1).long()  # rows still drafting
-                logits, _ = r.forward(tok[:, None], feed)
+                logits, _ = r.forward(tok[:, None], feeds[:, j])
                 last = logits[:, 0]
         self._fed = (max_tokens - 1).clamp_min(0)
+        if k == 0:
+            tokens, probs, conf = torch.zeros(B, 0, dtype=torch.long, device=dev), None, torch.zeros(B, 0, device=dev)
+            if not ctx.params.greedy:
+                probs = torch.zeros(B, 0, self.target_vocab, device=dev)
+        else:
+            tokens = torch.stack(toks_j, 1)
+            dist = torch.stack(dists, 1)
+            probs = None if ctx.params.greedy else dist
+            # confidence of position j: the peak of the draft's distribution there, a function of the
+            # tokens before j only (never of the token sampled at j, which would bias sampled output
+            # once the adaptive scheduler reads it); for greedy drafts it is q of the drafted token
+            conf = (dist if probs is not None else dist.softmax(-1)).amax(-1)
         return Proposal(tokens=tokens, num_tokens=max_tokens.clone(), probs=probs, confidence=conf)
 
     def accepted(self, num_accepted: torch.Tensor) -> None:
