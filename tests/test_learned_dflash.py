@@ -152,3 +152,18 @@ def test_loss_is_a_mean_over_examples(kind):
         a, _ = module(kind).loss_fn(model, half(slice(0, 2)))
         c, _ = module(kind).loss_fn(model, half(slice(2, 4)))
     torch.testing.assert_close(full, (a + c) / 2, rtol=1e-5, atol=1e-6)
+
+
+def test_checkpoint_holds_only_the_drafters_own_weights(tmp_path):
+    """A tied target shares one tensor as embedding and head; neither name goes into the drafter's file."""
+    from safetensors import safe_open
+
+    from draftwise.drafters.dflash import save
+
+    cfg = T.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    tgt = draftwise.load_target(T.LlamaForCausalLM(cfg).eval())
+    model = fresh_model("dflash", tgt)
+    save(model, tmp_path)
+    keys = set(safe_open(str(tmp_path / "model.safetensors"), "pt").keys())
+    assert keys and not any(k.split(".")[0] in ("embed", "head") for k in keys), sorted(keys)

@@ -112,7 +112,8 @@ def trainable_state(module: nn.Module) -> dict[str, torch.Tensor]:
     """The state dict minus frozen parameters (requires_grad=False): the drafter's own weights and
     persistent buffers (vocabulary maps, calibration temperatures…), not the target's shared ones."""
     module = _unwrap(module)
-    frozen = {n for n, p in module.named_parameters() if not p.requires_grad}
+    # remove_duplicate=False: a tied embedding/head is one parameter under two names, both frozen
+    frozen = {n for n, p in module.named_parameters(remove_duplicate=False) if not p.requires_grad}
     return {k: v for k, v in module.state_dict().items() if k not in frozen}
 
 
