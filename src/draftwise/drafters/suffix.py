@@ -34,15 +34,30 @@ class SuffixTrie:
     def end_sequence(self) -> None:
         self._open = []
 
+    def _walk(self, tokens) -> dict | None:
+        node = self.root
+        for t in tokens:
+            node = node["c"].get(t)
+            if node is None:
+                return None
+        return node
+
     def match(self, context: list[int]) -> tuple[int, dict | None]:
-        """Longest suffix of context (≤ depth − 1) found in the trie, and its node."""
-        for m in range(min(len(context), self.depth - 1), 0, -1):
-            node = self.root
-            for t in context[-m:]:
-                node = node["c"].get(t)
-                if node is None:
-                    break
-            if node is not None and node["c"]:
+        """Longest suffix of context (≤ depth − 1) found in the trie with a continuation, and its node.
+
+        Every substring of indexed text is in the trie, so if the suffix of length m is, so are the
+        shorter ones: a binary search finds the longest present suffix in O(log depth) walks; from
+        there down, the first one whose node has children wins (usually the first)."""
+        lo, hi = 0, min(len(context), self.depth - 1)   # suffix of length lo present (0: the root)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._walk(context[-mid:]) is not None:
+                lo = mid
+            else:
+                hi = mid - 1
+        for m in range(lo, 0, -1):
+            node = self._walk(context[-m:])
+            if node["c"]:
                 return m, node
         return 0, None
 
