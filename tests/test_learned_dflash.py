@@ -167,3 +167,20 @@ def test_checkpoint_holds_only_the_drafters_own_weights(tmp_path):
     save(model, tmp_path)
     keys = set(safe_open(str(tmp_path / "model.safetensors"), "pt").keys())
     assert keys and not any(k.split(".")[0] in ("embed", "head") for k in keys), sorted(keys)
+
+
+def test_add_drafter_ships_bf16_copy_that_loads(tmp_path):
+    from safetensors.torch import load_file
+
+    from draftwise.zoo.ship import add_drafter
+
+    tgt, _ = target("llama")
+    save_dir = tmp_path / "run"
+    from draftwise.drafters.dflash import save
+    save(fresh_model("dflash", tgt), save_dir)
+    add_drafter(save_dir, tmp_path / "zoo" / "dflash")
+    a, b = load_file(save_dir / "model.safetensors"), load_file(tmp_path / "zoo" / "dflash" / "model.safetensors")
+    assert a.keys() == b.keys() and all(v.dtype == torch.bfloat16 for v in b.values() if v.is_floating_point())
+    draftwise.build_drafter(f"dflash:{tmp_path / 'zoo' / 'dflash'}", tgt)   # loads against its target
+    with pytest.raises(FileNotFoundError, match="not a drafter checkpoint"):
+        add_drafter(tmp_path / "nothing", tmp_path / "zoo" / "x")

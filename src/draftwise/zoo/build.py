@@ -711,6 +711,8 @@ def add_cli(sub) -> None:
                    help="bf16 autocast (only on CPUs with bf16 matmuls: AVX-512-BF16 / AMX)")
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=run_build)
+    from . import ship
+    ship.add_cli(zsub)
     # `draftwise zoo demo` is added by the demo module (not part of this file).
     try:
         from . import demo  # type: ignore[attr-defined]
