@@ -157,7 +157,9 @@ class ModelRunner:
             self.seq_lens = self.seq_lens + lengths
             return logits.float(), {}
         kwargs = {self._cache_arg: self.cache, "use_cache": True}
-        if self._takes_mask:
+        if self._takes_mask and not bool(self.valid.all()):
+            # holes (padding, rolled-back entries) need the mask; without any, the model builds its
+            # own causal mask, which is what its plain generate() does too (and it is faster)
             kwargs["attention_mask"] = self.valid.long()
         if self._takes_positions:
             kwargs["position_ids"] = positions
