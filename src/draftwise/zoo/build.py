@@ -511,7 +511,20 @@ def write_reports(res: dict, out: Path, build_info: dict) -> None:
           "so its 10.5 M tokens take about 2 h of the machine; the draft is about 4x cheaper per token. "
           "The wall times above are clock time and include pauses (the build shared the machine with "
           "benchmarks and was stopped while they ran) and resumes from checkpoints.", ""]
-    L += ["## Greedy samples from the target (64 new tokens, fp32)", ""]
+    learned = [(n, json.loads((out / n / "config.json").read_text())) for n in ("mtp", "eagle3", "dflash", "dspark")
+               if (out / n / "config.json").is_file()]
+    if learned:
+        L += ["## Learned drafters", "",
+              "Trained on `zoo/target` by `draftwise train <kind>` and copied in with `draftwise zoo add-drafter` "
+              "(bf16); recipe and evaluation in `BENCHMARKS.md`, section 3.", "",
+              "| drafter | training tokens | steps | wall time |", "|---|---|---|---|"]
+        for n, c in learned:
+            t = c.get("training", {})
+            L.append(f"| `zoo/{n}` | {t.get('tokens', 0):,} | {t.get('steps', '')} | {t.get('wall_time_s', 0):.0f} s |")
+        L.append("")
+    L += ["## Greedy samples from the target (64 new tokens, fp32)", "",
+          "Greedy decoding of a model this small repeats phrases (the distinct-token ratio says how much); "
+          "sampled continuations vary more. The engine's exactness does not depend on either.", ""]
     for smp in res["samples"]:
         L += [f"**{smp['kind']}** (distinct-token ratio {smp['distinct_token_ratio']:.2f})", "", "```text",
               (smp["prompt"] + smp["completion"]).replace("```", "'''"), "```", ""]
