@@ -57,7 +57,7 @@ class LeanForward:
         # a query sees the real entries up to its own column, and always itself (a padding query
         # attending to nothing would produce NaN, which would then sit in a hole of the cache)
         if W == 1 and bool(valid.all()):
-            mask = None   # one query and no holes: it sees every column, and SDPA's unmasked path is faster
+            mask = None   # one query and no holes: it sees every column, no mask to build
         else:
             mask = (valid[:, None, :] & (idx[None, :] <= q_idx)[None]) | (idx[None, :] == q_idx)[None]
             mask = mask[:, None]

@@ -159,7 +159,7 @@ class ModelRunner:
         kwargs = {self._cache_arg: self.cache, "use_cache": True}
         if self._takes_mask and not bool(self.valid.all()):
             # holes (padding, rolled-back entries) need the mask; without any, the model builds its
-            # own causal mask, which is what its plain generate() does too (and it is faster)
+            # own causal mask, the path its plain generate() takes too
             kwargs["attention_mask"] = self.valid.long()
         if self._takes_positions:
             kwargs["position_ids"] = positions
