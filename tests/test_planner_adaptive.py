@@ -206,3 +206,16 @@ def test_schedule_width_for_a_padded_verify_block():
     best = max(range(5), key=lambda k: (2 + float(surv[:, :k].sum())) * sps(2 * (1 + k)))
     assert int(w.max()) == best
     assert schedule_width(torch.zeros(2, 0), torch.zeros(2, dtype=torch.long), sps).tolist() == [0, 0]
+
+
+def test_schedule_width_looks_past_a_dip():
+    """On a CPU where verifying 2…9 tokens costs the same, one more position can lose while five
+    win: the width is the best over all widths, not the last one before the first drop."""
+    from draftwise.planner.adaptive import schedule_width
+
+    step_time = lambda N: 1.0 if N <= 1 else 2.0           # noqa: E731
+    conf = torch.tensor([[0.5, 0.9, 0.9, 0.9, 0.9]])
+    assert schedule_width(conf, torch.tensor([5]), lambda N: 1 / step_time(N)).tolist() == [5]
+    # and when nothing beyond pays, it still verifies none
+    assert schedule_width(torch.tensor([[0.5, 0.1, 0.1]]), torch.tensor([3]),
+                          lambda N: 1 / step_time(N)).tolist() == [0]

@@ -117,10 +117,12 @@ def schedule_prefix(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPS
 
 def schedule_width(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPSLike) -> torch.LongTensor:
     """`schedule_prefix` for an engine that pads the verify block to its widest row (draftwise's own:
-    B rows × (1 + w) tokens cost the same whatever each row uses). Widen w one position at a time
-    while Θ = τ*·SPS(B(1 + w)) rises, every row verifying min(w, its drafts): extra positions inside
-    the paid width are free. Position w's decision reads only confidences up to w, so the
-    lossless condition of `schedule_prefix` holds."""
+    B rows × (1 + w) tokens cost the same whatever each row uses): the width w maximising
+    Θ(w) = τ*(w)·SPS(B(1 + w)), every row verifying min(w, its drafts) — extra positions inside the
+    paid width are free. The whole range is searched, not only up to the first drop: when later
+    positions are more likely accepted given the earlier ones (a prompt-lookup match), Θ can dip
+    and rise again. The choice reads only confidences, never the target's verdict, so the lossless
+    condition of `schedule_prefix` holds."""
     sps_fn = _as_sps(sps)
     conf = np.clip(_as_np(confidence), 0.0, 1.0)
     B, D = conf.shape
@@ -130,12 +132,12 @@ def schedule_width(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPSL
         surv = np.cumprod(conf, axis=1) * (np.arange(D)[None, :] < valid[:, None])
         gain = surv.sum(0).tolist()
         tau = float(B)
-        theta = tau * sps_fn(float(B))
+        best = tau * sps_fn(float(B))
         for j in range(int(valid.max())):
-            new_theta = (tau + gain[j]) * sps_fn(float(B * (j + 2)))
-            if not new_theta > theta:
-                break
-            tau, theta, w = tau + gain[j], new_theta, j + 1
+            tau += gain[j]
+            theta = tau * sps_fn(float(B * (j + 2)))
+            if theta > best * (1 + 1e-9):
+                best, w = theta, j + 1
     return num_tokens.clamp(min=0, max=min(w, D)).long()
 
 
