@@ -124,20 +124,18 @@ def main() -> None:
         save_profile(hw, prof)
 
     # 2. the measured sweep (resumable), once per pass
-    passes = []
+    passes, groups = [], None
     for rep in range(max(1, args.repeats)):
         sweep = out / ("sweep" if rep == 0 else f"sweep-{rep + 1}")
         run_bench(BenchConfig(target=args.target, out=str(sweep), drafters=drafters, draft_lengths=Ds,
                               batch_sizes=batch_sizes, datasets=datasets, num_requests=args.num_requests,
                               max_new_tokens=args.max_new_tokens, ignore_eos=True, adaptive=True,
                               progress=not args.no_progress, plots=False))
-        groups = defaultdict(list)
+        by_cell = defaultdict(list)
         for r in read_results(sweep):
-            groups[(r["dataset"], r["drafter"], int(r["D"]), int(r["batch_size"]))].append(r)
-        passes.append({k: decode_throughput(v) for k, v in groups.items()})
-    groups = defaultdict(list)     # acceptance: the first pass (the same tokens in every pass)
-    for r in read_results(out / "sweep"):
-        groups[(r["dataset"], r["drafter"], int(r["D"]), int(r["batch_size"]))].append(r)
+            by_cell[(r["dataset"], r["drafter"], int(r["D"]), int(r["batch_size"]))].append(r)
+        passes.append({k: decode_throughput(v) for k, v in by_cell.items()})
+        groups = groups or by_cell    # acceptance: the first pass (the same tokens in every pass)
     thr = {k: statistics.median(p[k] for p in passes) for k in passes[0]}
     spread = ({k: (max(p[k] for p in passes) - min(p[k] for p in passes)) / thr[k] for k in thr}
               if len(passes) > 1 else {})

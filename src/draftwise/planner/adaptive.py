@@ -222,6 +222,11 @@ class AdaptiveDraftLength:
         w = self.prior_weight
         return ((self._pos_acc + w * self.alpha) / (self._pos_n + w)).tolist()
 
+    def _exploring(self) -> bool:
+        """This step drafts and verifies the full D: until `min_observations` first positions were
+        seen, and every `probe_every`-th step after."""
+        return self._steps % self.probe_every == 0 or self._pos_n[0] < self.min_observations
+
     def _draft_slope(self) -> float:
         n, sd, st, sdd, sdt = self._cost.tolist()
         if n <= 0 or sd <= 0:
@@ -243,7 +248,7 @@ class AdaptiveDraftLength:
             return max_draft
         if self.max_tokens is not None:
             max_draft = min(max_draft, self.max_tokens)
-        if self._steps % self.probe_every == 0 or self._pos_n[0] < self.min_observations:
+        if self._exploring():
             return max_draft   # explore: observe acceptance at every position, or a pessimistic
             #                    estimate (or one never measured beyond the cap) could not recover
         sps = self.sps_at(batch_size)
@@ -335,9 +340,7 @@ class AdaptiveDraftLength:
             return torch.zeros_like(num, dtype=torch.long)
         raw = np.clip(_as_np(self.confidence(proposal)), 0.0, 1.0)
         self._raw = raw
-        exploring = self.learn and self._steps > 0 and (          # _steps > 0: driven by the engine
-            self._pos_n[0] < self.min_observations or self._steps % self.probe_every == 0)
-        if exploring:
+        if self.learn and self._steps > 0 and self._exploring():    # _steps > 0: driven by the engine
             # explore: verify everything drafted, or an uncalibrated pessimistic confidence would
             # never be verified and so never corrected (decided before verification: lossless)
             return num.clone()
