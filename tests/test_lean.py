@@ -1,9 +1,11 @@
-"""The lean draft-model forward computes what Hugging Face's forward computes, holes and all."""
+"""The lean forward computes what Hugging Face's forward computes, bit for bit, holes and all, so
+the target may use it without touching greedy exactness."""
 import pytest
 import torch
 import transformers as T
 
-from draftwise.lean import supports
+import draftwise
+from draftwise.lean import LeanForward, supports
 from draftwise.target import ModelRunner, pad_rows
 from tiny_models import COMMON, build
 
@@ -25,23 +27,29 @@ def test_lean_matches_hf_on_ragged_steps_with_rollback(arch):
     assert supports(model)
     hf, lean = ModelRunner(model), ModelRunner(model, lean=True)
     assert lean._lean is not None and hf._lean is None
+    layers = tuple(range(hf.num_layers + 1))
     g = torch.Generator().manual_seed(3)
     prompts = [torch.randint(0, 128, (n,), generator=g).tolist() for n in (5, 1, 9)]
     for r in (hf, lean):
         r.reset(3)
     toks, lens = pad_rows(prompts, "cpu")
     outs = [r.forward(toks, lens)[0] for r in (hf, lean)]
+    for b, n in enumerate(lens.tolist()):
+        assert torch.equal(outs[1][b, :n], outs[0][b, :n])
     for step in range(6):
         lens = torch.tensor([1 + (step + i) % 4 for i in range(3)])
         toks = torch.randint(0, 128, (3, int(lens.max())), generator=g)
         outs = []
         for r in (hf, lean):
             r.mark()
-            outs.append(r.forward(toks, lens)[0])
+            outs.append(r.forward(toks, lens, layers))
             r.rollback((lens - step % 3).clamp_min(1))      # leave holes in the cache
+        (a, ha), (b_, hb) = outs
         for b in range(3):   # compare the real positions only (padding outputs are meaningless)
             n = int(lens[b])
-            torch.testing.assert_close(outs[1][b, :n], outs[0][b, :n], rtol=1e-4, atol=1e-4)
+            assert torch.equal(b_[b, :n], a[b, :n]), f"step {step} row {b}: logits differ"
+            for i in layers:
+                assert torch.equal(hb[i][b, :n], ha[i][b, :n]), f"step {step} row {b}: hidden state {i} differs"
     assert torch.equal(hf.seq_lens, lean.seq_lens) and torch.equal(hf.valid, lean.valid)
 
 
@@ -50,3 +58,14 @@ def test_unsupported_models_keep_hf_forward():
         m = build(arch)
         assert not supports(m)
         assert ModelRunner(m, lean=True)._lean is None
+
+
+@pytest.mark.parametrize("arch", sorted(CASES))
+def test_target_takes_lean_forward_only_when_it_is_bitwise_hf(arch, monkeypatch):
+    model = CASES[arch]()
+    assert draftwise.load_target(model).uses_lean_forward
+    # a lean forward that rounds differently (here: one ulp-scale change in every norm) is refused
+    norm = LeanForward._norm
+    monkeypatch.setattr(LeanForward, "_norm", staticmethod(lambda m, x: norm(m, x) * (1 + 1e-6)))
+    assert not draftwise.load_target(model).uses_lean_forward
+    assert ModelRunner(model, lean=True).uses_lean_forward   # drafts take it regardless

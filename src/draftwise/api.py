@@ -15,7 +15,11 @@ from .types import GenerationResult
 
 
 class TargetModel(ModelRunner):
-    """The model whose output speculative decoding must reproduce, with its tokenizer."""
+    """The model whose output speculative decoding must reproduce, with its tokenizer. It runs
+    through the lean forward where that reproduces Hugging Face's forward bit for bit."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer=None, lean: bool = True):
+        super().__init__(model, tokenizer, lean="exact" if lean else False)
 
 
 def load_target(target, tokenizer=None, dtype="float32") -> TargetModel:

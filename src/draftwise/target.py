@@ -70,9 +70,11 @@ def pad_rows(rows: list[list[int]], device="cpu") -> tuple[torch.Tensor, torch.T
 class ModelRunner:
     """Drives one model over a ragged batch. Holes in the attention cache are hidden by `valid`."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer=None, lean: bool = False):
-        """lean: run supported Llama-family models through `draftwise.lean` (draft models only:
-        the target keeps Hugging Face's own forward, the reference of greedy exactness)."""
+    def __init__(self, model: PreTrainedModel, tokenizer=None, lean: bool | str = False):
+        """lean: run supported Llama-family models through `draftwise.lean`. True: whenever the
+        family is supported (draft models: rounding only moves proposals). "exact": only if it
+        reproduces Hugging Face's own forward bit for bit on a probe (targets: that forward is the
+        reference of greedy exactness), else Hugging Face's forward."""
         from .lean import LeanForward, supports
 
         self.model = model.eval()
@@ -93,7 +95,13 @@ class ModelRunner:
         self.stateful = kv.has_recurrent_layers(probe)
         self.window = kv.sliding_window(probe)
         self._lean = LeanForward(model) if lean and supports(model) and not self.stateful else None
+        if self._lean is not None and lean == "exact" and not _lean_reproduces_hf(model):
+            self._lean = None
         self.reset(0)
+
+    @property
+    def uses_lean_forward(self) -> bool:
+        return self._lean is not None
 
     # --- state -----------------------------------------------------------------------------
     def reset(self, batch_size: int) -> None:
@@ -152,10 +160,11 @@ class ModelRunner:
         if self.max_positions is not None:
             positions = positions.clamp(max=self.max_positions - 1)
         self.valid = torch.cat([self.valid, steps < lengths[:, None]], dim=1)
-        if self._lean is not None and not hidden_layers:
-            logits = self._lean(tokens, positions, self.valid, self.cache, last_only=not need_logits)
+        if self._lean is not None:
+            logits, hidden = self._lean(tokens, positions, self.valid, self.cache, last_only=not need_logits,
+                                        hidden_layers=hidden_layers)
             self.seq_lens = self.seq_lens + lengths
-            return logits.float(), {}
+            return logits.float(), hidden
         kwargs = {self._cache_arg: self.cache, "use_cache": True}
         if self._takes_mask and not bool(self.valid.all()):
             # holes (padding, rolled-back entries) need the mask; without any, the model builds its
@@ -240,3 +249,31 @@ class ModelRunner:
             order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices[:, :longest]
             kv.gather_positions(self.cache, order)
             self.valid = torch.arange(longest, device=self.device)[None, :] < self.seq_lens[:, None]
+
+
+def _lean_reproduces_hf(model: PreTrainedModel) -> bool:
+    """Whether the lean forward gives Hugging Face's logits and hidden states bit for bit on a
+    ragged two-row probe: a prefill with padding, a one-token step, a multi-token verification."""
+    hf, lean = ModelRunner(model), ModelRunner(model, lean=True)
+    vocab = min(int(model.config.vocab_size), 256)
+    g = torch.Generator().manual_seed(0)
+    layers = tuple(range(lean.num_layers + 1))
+    dev = hf.device
+    # one row without holes (the causal prefill, single-token and multi-token steps), then two
+    # rows with padding and a rolled-back draft (the masked paths)
+    for rows, steps in ((1, ((6, [6]), (1, [1]), (4, [4]))), (2, ((6, [6, 3]), (1, [1, 1]), (4, [4, 2]), (3, [1, 3])))):
+        for r in (hf, lean):
+            r.reset(rows)
+        for width, lengths in steps:
+            tokens = torch.randint(0, vocab, (rows, width), generator=g).to(dev)
+            n = torch.tensor(lengths, device=dev)
+            for r in (hf, lean):
+                r.mark()
+            (a, ha), (b, hb) = (r.forward(tokens, n, layers) for r in (hf, lean))
+            real = torch.arange(width, device=dev)[None, :] < n[:, None]
+            if not torch.equal(a[real], b[real]) or any(not torch.equal(ha[i][real], hb[i][real]) for i in layers):
+                return False
+            keep = (n - 1).clamp_min(1)  # roll back the last token of each step: holes
+            for r in (hf, lean):
+                r.rollback(keep)
+    return True

@@ -116,7 +116,7 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
     through the engine's own runner (ragged mask, positions, rollback), as the engine pays it."""
     from ..target import ModelRunner
 
-    runner, vocab = ModelRunner(model), model.config.vocab_size
+    runner, vocab = ModelRunner(model, lean="exact"), model.config.vocab_size
     g = torch.Generator().manual_seed(0)
     out = []
     for L in context_lengths:
