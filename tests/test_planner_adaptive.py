@@ -150,15 +150,25 @@ def test_learning_calibrates_confidence_and_position_acceptance():
 
 def test_draft_cap_from_acceptance_and_drafter_cost():
     # a drafter costing a target step per token whose drafts are never accepted: stop drafting,
-    # except for a one-token probe every probe_every steps
+    # except for full-length probes, ever rarer while they keep finding that drafting does not pay
     b = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7)
-    for _ in range(40):
+    caps = []
+    for _ in range(400):
         cap = b.draft_cap(4, 8)
+        caps.append(cap)
         b(Proposal(tokens=torch.zeros(4, cap, dtype=torch.long), num_tokens=torch.full((4,), cap),
                    confidence=torch.full((4, cap), 0.5)))
         b.observe(torch.full((4,), cap), torch.zeros(4, dtype=torch.long), draft_seconds=0.01 * cap, drafted=cap)
-    caps = [b.draft_cap(4, 8) for _ in range(16)]
-    assert caps.count(0) >= 14 and max(caps) == 8        # full-length probes every probe_every steps
+    assert set(caps) == {0, 8}
+    probes = [i for i, c in enumerate(caps) if c == 8 and i >= 8]     # after the 8 warm-up steps
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps == sorted(gaps) and gaps[0] <= 16 and gaps[-1] == 64, gaps
+    # a drafter that pays keeps its probes every probe_every steps
+    g = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7)
+    for _ in range(100):
+        cap = g.draft_cap(4, 8)
+        g.observe(torch.full((4,), cap), torch.full((4,), cap), draft_seconds=1e-5 * cap, drafted=cap)
+    assert g._interval == g.probe_every
     # free drafting, verification cost flat and high acceptance: draft everything allowed
     assert AdaptiveDraftLength(lambda N: 100.0, alpha=0.9).draft_cap(4, 8) == 8
     assert AdaptiveDraftLength(lambda N: 100.0, alpha=0.9, max_tokens=3).draft_cap(4, 8) == 3
@@ -174,6 +184,9 @@ def test_draft_cap_from_acceptance_and_drafter_cost():
     for D in (8, 2, 5, 0, 1, 3):
         q.observe(zero, zero, draft_seconds=0.002 + 0.001 * D, drafted=D)
     assert q.draft_time(4) == pytest.approx(0.004)
+    # …unless the engine skips it on steps that draft nothing: then drafting at all costs the intercept
+    q.skips_idle = True
+    assert q.draft_time(4) == pytest.approx(0.006) and q.draft_time(0) == 0.0
 
 
 def test_engine_adaptive_drafts_less_for_a_useless_expensive_drafter():
@@ -185,10 +198,17 @@ def test_engine_adaptive_drafts_less_for_a_useless_expensive_drafter():
     prompts = [[1, 2, 3, 4, 5], [9, 8, 7]]
     ref = draftwise.generate(model, prompts, max_new_tokens=40)
     sched = AdaptiveDraftLength(lambda N: 1.0 / (0.01 + 1e-5 * N))
-    out = draftwise.generate(model, prompts, drafter=junk, num_draft_tokens=8, max_new_tokens=40, adaptive=sched)
+    drafter = draftwise.build_drafter(junk, draftwise.load_target(model))
+    calls = []
+    propose = drafter.propose
+    drafter.propose = lambda ctx, caps: calls.append(int(caps.max())) or propose(ctx, caps)
+    out = draftwise.generate(model, prompts, drafter=drafter, num_draft_tokens=8, max_new_tokens=40, adaptive=sched)
     assert [o.token_ids for o in out] == [o.token_ids for o in ref]
     late = [n for o in out for n in o.num_drafted[10:]]
     assert sum(n == 0 for n in late) >= 0.7 * len(late), late     # only the periodic probes draft
+    # steps that draft nothing do not run the draft model at all: it catches up when next asked
+    steps = len(out[0].accept_lengths)
+    assert 0 not in calls and len(calls) < steps, (len(calls), steps)
 
 
 def test_schedule_width_for_a_padded_verify_block():

@@ -80,6 +80,9 @@ def decode(
     hidden_layers = drafter.hidden_layers if drafter is not None else ()
     # a scheduler that learns from verified steps (AdaptiveDraftLength) also sets the draft length
     learner = scheduler if hasattr(scheduler, "draft_cap") and hasattr(scheduler, "observe") else None
+    skippable = drafter is not None and drafter.catches_up
+    if learner is not None:
+        learner.skips_idle = skippable   # a step that drafts nothing then costs the drafter nothing
 
     # Prefill all but the last prompt token; the loop then starts with that token pending, so the
     # first step already speculates and every generated token comes out of a verification step.
@@ -100,9 +103,12 @@ def decode(
         n = len(active)
         budget = torch.tensor([stopper.max_new - len(reqs[i].out) - 1 for i in active], device=dev)
         caps = budget.clamp(min=0, max=num_draft_tokens)
-        if drafter is not None and num_draft_tokens > 0:
-            if learner is not None:   # how many to draft at all, from past steps only
-                caps = caps.clamp(max=learner.draft_cap(n, num_draft_tokens))
+        drafting = drafter is not None and num_draft_tokens > 0
+        if drafting and learner is not None:   # how many to draft at all, from past steps only
+            caps = caps.clamp(max=learner.draft_cap(n, num_draft_tokens))
+        if drafting and skippable and not bool(caps.any()):
+            drafting = False                   # nothing to draft: leave the drafter to catch up later
+        if drafting:
             prop = drafter.propose(ctx, caps)
             if scheduler is not None:
                 prop.num_tokens = torch.minimum(prop.num_tokens, scheduler(prop))
@@ -123,11 +129,11 @@ def decode(
         t3 = time.perf_counter()
         target.rollback(num_acc + 1)
         t4 = time.perf_counter()
-        if drafter is not None and num_draft_tokens > 0:
+        if drafting:
             drafter.accepted(num_acc)
         t5 = time.perf_counter()
         if learner is not None and drafter is not None and num_draft_tokens > 0:
-            learner.observe(k, num_acc, (t1 - t0) + (t5 - t4), int(prop.tokens.shape[1]))
+            learner.observe(k, num_acc, (t1 - t0) + (t5 - t4) if drafting else 0.0, int(prop.tokens.shape[1]))
 
         stamp = now()
         acc_l, nxt_l, drafts_l, k_l = num_acc.tolist(), nxt.tolist(), drafts.tolist(), k.tolist()

@@ -44,6 +44,10 @@ class Drafter:
     name: str = "drafter"
     hidden_layers: tuple[int, ...] = ()  # target layers whose hidden states propose() needs
     parallel: bool = False               # drafts the whole block in one forward (cost ≈ flat in D)
+    # rebuilds its state from ctx.sequences alone, so the engine may skip it on steps that draft
+    # nothing (it catches up on the next proposal); drafters fed the target's per-step hidden
+    # states cannot, they would miss those features
+    catches_up: bool = False
 
     def start(self, ctx: DraftContext) -> None:
         """A new batch begins (the target has just processed the prompts)."""

@@ -69,6 +69,7 @@ class NgramIndex:
 
 class NgramDrafter(Drafter):
     name = "ngram"
+    catches_up = True
 
     def __init__(self, max_n: int = 3, min_n: int = 1):
         if not 1 <= min_n <= max_n:

@@ -79,6 +79,7 @@ def continuation(node: dict, limit: int, min_prob: float) -> tuple[list[int], fl
 
 class SuffixDrafter(Drafter):
     name = "suffix"
+    catches_up = True
 
     def __init__(self, depth: int = 24, max_spec_factor: float = 2.0, min_token_prob: float = 0.1):
         self.depth, self.max_spec_factor, self.min_token_prob = depth, max_spec_factor, min_token_prob

@@ -167,12 +167,16 @@ class AdaptiveDraftLength:
     - draft length before drafting (`draft_cap`): the drafting cost of a sequential drafter is paid
       for every drafted token whether or not it is verified, so the number to draft this step is
       argmax_D B·E[τ(D)] / (1/SPS(B(1+D)) + t_draft(D)) from the observed per-position acceptance
-      and the drafter time measured per drafted token; `schedule_width` (draftwise's padded verify
-      block) or, with padded=False, the per-row `schedule_prefix` then picks how many of them
-      to verify;
-    - exploration: until `min_observations` first positions were verified, and every
-      `probe_every`-th step after, the step drafts the full D and verifies all of it, so the
-      statistics keep coming for every position.
+      and the drafter time measured per drafted token (plus the drafter's per-step cost when the
+      engine skips a drafter that drafts nothing, `skips_idle`); `schedule_width` (draftwise's
+      padded verify block) or, with padded=False, the per-row `schedule_prefix` then picks how
+      many of them to verify;
+    - exploration: until `min_observations` first positions were verified (at most `probe_every`
+      steps: at batch 1 an expensive drafter would otherwise pay dozens of them), and then periodically,
+      the step drafts the full D and verifies all of it, so the statistics keep coming for every
+      position. The period starts at `probe_every` steps and doubles, up to `max_probe_interval`,
+      each time a probe finds drafting still does not pay: a probe costs a full-length draft and
+      verification, which would otherwise dominate where the best choice is not to speculate.
     """
 
     MAX_POS, BINS = 16, 10
@@ -180,7 +184,7 @@ class AdaptiveDraftLength:
     def __init__(self, sps_curve: Optional[SPSLike] = None, alpha: float = 0.7, max_tokens: Optional[int] = None,
                  *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None, learn: bool = True,
                  prior_weight: float = 4.0, probe_every: int = 8, min_observations: int = 32,
-                 padded: bool = True):
+                 padded: bool = True, max_probe_interval: int = 64):
         if sps_curve is None and sps_for_batch is None:
             raise ValueError("give sps_curve or sps_for_batch")
         self.sps = _as_sps(sps_curve) if sps_curve is not None else None
@@ -190,7 +194,9 @@ class AdaptiveDraftLength:
         self.max_tokens = max_tokens
         self.learn, self.prior_weight, self.probe_every = learn, float(prior_weight), int(probe_every)
         self.min_observations = int(min_observations)
+        self.max_probe_interval = max(int(max_probe_interval), self.probe_every)
         self.padded = padded     # draftwise pads the verify block: cost follows the widest row
+        self.skips_idle = False  # set by the engine: a step drafting nothing costs the drafter nothing
         self.reset_stats()
 
     def reset_stats(self) -> None:
@@ -201,6 +207,7 @@ class AdaptiveDraftLength:
         self._bin_n, self._bin_acc = np.zeros((P, K)), np.zeros((P, K))
         self._cost = np.zeros(5)   # decayed Σ1, ΣD, Σt, ΣD², ΣDt of drafter steps
         self._steps = 0
+        self._since_probe, self._interval, self._probing, self._warm_steps = 0, self.probe_every, False, 0
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
 
     # --- learned statistics --------------------------------------------------------------------
@@ -222,47 +229,61 @@ class AdaptiveDraftLength:
         w = self.prior_weight
         return ((self._pos_acc + w * self.alpha) / (self._pos_n + w)).tolist()
 
-    def _exploring(self) -> bool:
-        """This step drafts and verifies the full D: until `min_observations` first positions were
-        seen, and every `probe_every`-th step after."""
-        return self._steps % self.probe_every == 0 or self._pos_n[0] < self.min_observations
-
-    def _draft_slope(self) -> float:
+    def _draft_line(self) -> tuple[float, float]:
+        """(seconds per drafted token, seconds per drafting step): a decayed least-squares line
+        through the observed (tokens drafted, drafter time) of the steps the drafter ran."""
         n, sd, st, sdd, sdt = self._cost.tolist()
         if n <= 0 or sd <= 0:
-            return 0.0
+            return 0.0, 0.0
         var = sdd / n - (sd / n) ** 2
-        return max(0.0, (sdt / n - sd * st / n ** 2) / var if var > 1e-9 else st / sd)
+        if var <= 1e-9:          # one draft length seen so far: all of it per token
+            return st / sd, 0.0
+        slope = max(0.0, (sdt / n - sd * st / n ** 2) / var)
+        return slope, max(0.0, (st - slope * sd) / n)
 
     def draft_time(self, D: int) -> float:
-        """Drafter seconds a step spends because it drafts D tokens rather than none: the slope of
-        a (decayed) least-squares line through the observed (tokens drafted, drafter time) of past
-        steps. What every step pays anyway (a draft model catching up on accepted tokens) is the
-        intercept and does not count; a parallel drafter's slope comes out ≈ 0 by itself."""
-        return self._draft_slope() * D if D > 0 else 0.0
+        """Drafter seconds a step spends because it drafts D tokens rather than none: the slope
+        times D (a parallel drafter's slope comes out ≈ 0 by itself), plus the intercept — a draft
+        model catching up on the accepted tokens — only where the engine skips a drafter that
+        drafts nothing; otherwise every step pays it anyway."""
+        if D <= 0:
+            return 0.0
+        slope, intercept = self._draft_line()
+        return slope * D + (intercept if self.skips_idle else 0.0)
 
-    def draft_cap(self, batch_size: int, max_draft: int) -> int:
-        """How many tokens to draft this step (before drafting)."""
-        self._steps += 1
-        if not self.learn or max_draft <= 0:
-            return max_draft
-        if self.max_tokens is not None:
-            max_draft = min(max_draft, self.max_tokens)
-        if self._exploring():
-            return max_draft   # explore: observe acceptance at every position, or a pessimistic
-            #                    estimate (or one never measured beyond the cap) could not recover
+    def _best_cap(self, batch_size: int, max_draft: int) -> int:
         sps = self.sps_at(batch_size)
         alpha = self.position_alpha()
-        slope = self._draft_slope()
         best, best_v, E, surv = 0, 0.0, 1.0, 1.0
         for D in range(max_draft + 1):
             if D:
                 surv *= alpha[min(D, self.MAX_POS) - 1]
                 E += surv
-            v = E / (1.0 / sps(batch_size * (1 + D)) + slope * D)
+            v = E / (1.0 / sps(batch_size * (1 + D)) + self.draft_time(D))
             if v > best_v * (1 + 1e-9):
                 best, best_v = D, v
         return best
+
+    def draft_cap(self, batch_size: int, max_draft: int) -> int:
+        """How many tokens to draft this step (before drafting)."""
+        self._steps += 1
+        self._probing = False
+        if not self.learn or max_draft <= 0:
+            return max_draft
+        if self.max_tokens is not None:
+            max_draft = min(max_draft, self.max_tokens)
+        self._since_probe += 1
+        warming = self._pos_n[0] < self.min_observations and self._warm_steps < self.probe_every
+        self._warm_steps += warming
+        if warming or self._since_probe >= self._interval:
+            # explore: observe acceptance at every position, or a pessimistic estimate (or one
+            # never measured beyond the cap) could not recover
+            if not warming:
+                pays = self._best_cap(batch_size, max_draft) > 0
+                self._interval = self.probe_every if pays else min(2 * self._interval, self.max_probe_interval)
+            self._since_probe, self._probing = 0, True
+            return max_draft
+        return self._best_cap(batch_size, max_draft)
 
     def observe(self, verified: torch.Tensor, accepted: torch.Tensor, draft_seconds: float = 0.0,
                 drafted: int = 0) -> None:
@@ -340,7 +361,7 @@ class AdaptiveDraftLength:
             return torch.zeros_like(num, dtype=torch.long)
         raw = np.clip(_as_np(self.confidence(proposal)), 0.0, 1.0)
         self._raw = raw
-        if self.learn and self._steps > 0 and self._exploring():    # _steps > 0: driven by the engine
+        if self.learn and self._probing:    # a probe step decided by draft_cap (the engine drives it)
             # explore: verify everything drafted, or an uncalibrated pessimistic confidence would
             # never be verified and so never corrected (decided before verification: lossless)
             return num.clone()
