@@ -150,7 +150,7 @@ def test_learning_calibrates_confidence_and_position_acceptance():
 
 def test_draft_cap_from_acceptance_and_drafter_cost():
     # a drafter costing a target step per token whose drafts are never accepted: stop drafting,
-    # except for full-length probes, ever rarer while they keep finding that drafting does not pay
+    # except for one-token probes, ever rarer while they keep finding that drafting does not pay
     b = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7)
     caps = []
     for _ in range(400):
@@ -159,16 +159,24 @@ def test_draft_cap_from_acceptance_and_drafter_cost():
         b(Proposal(tokens=torch.zeros(4, cap, dtype=torch.long), num_tokens=torch.full((4,), cap),
                    confidence=torch.full((4, cap), 0.5)))
         b.observe(torch.full((4,), cap), torch.zeros(4, dtype=torch.long), draft_seconds=0.01 * cap, drafted=cap)
-    assert set(caps) == {0, 8}
-    probes = [i for i, c in enumerate(caps) if c == 8 and i >= 8]     # after the 8 warm-up steps
+    assert caps[0] == 8 and set(caps[1:]) == {0, 1}   # the prior, before any cost was seen
+    probes = [i for i, c in enumerate(caps) if c == 1]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps == sorted(gaps) and gaps[0] <= 16 and gaps[-1] == 64, gaps
-    # a drafter that pays keeps its probes every probe_every steps
+    # a drafter whose first three drafts are always accepted and the rest never: draft three,
+    # and probe a fourth every probe_every steps (it keeps paying to look while drafting pays)
     g = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7)
+    caps = []
     for _ in range(100):
         cap = g.draft_cap(4, 8)
-        g.observe(torch.full((4,), cap), torch.full((4,), cap), draft_seconds=1e-5 * cap, drafted=cap)
-    assert g._interval == g.probe_every
+        caps.append(cap)
+        g(Proposal(tokens=torch.zeros(4, cap, dtype=torch.long), num_tokens=torch.full((4,), cap),
+                   confidence=torch.full((4, cap), 0.9)))
+        g.observe(torch.full((4,), cap), torch.full((4,), min(cap, 3)), draft_seconds=0.002 * cap, drafted=cap)
+    late = caps[50:]
+    assert set(late) == {3, 4}, late
+    fours = [i for i, c in enumerate(late) if c == 4]
+    assert {b - a for a, b in zip(fours, fours[1:])} == {g.probe_every}
     # free drafting, verification cost flat and high acceptance: draft everything allowed
     assert AdaptiveDraftLength(lambda N: 100.0, alpha=0.9).draft_cap(4, 8) == 8
     assert AdaptiveDraftLength(lambda N: 100.0, alpha=0.9, max_tokens=3).draft_cap(4, 8) == 3

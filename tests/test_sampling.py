@@ -137,7 +137,7 @@ def test_speculative_sampling_with_adaptive_draft_length(kind, padded):
     drafter = (DraftModelDrafter if kind == "stochastic" else GreedyDraft)(draft, VOCAB)
     # verification cost rising with the verified tokens, so that the scheduler stops mid-draft
     scale = (8 if kind == "stochastic" else 32) * N_DRAWS
-    sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + N / scale), min_observations=0, probe_every=10**9,
+    sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + N / scale), probe_every=10**9,
                                 padded=padded)
     counts, out = empirical_joint(model, drafter, params, D=3, seed=2, adaptive=sched)
     x2, df = chi_square(counts, exact_joint(model, params), N_DRAWS)
@@ -157,8 +157,8 @@ def test_scheduler_reading_the_sampled_token_is_caught(monkeypatch):
                         lambda self, p: p.probs.gather(-1, p.tokens.unsqueeze(-1)).squeeze(-1))
     model = tiny_target()
     drafter = DraftModelDrafter(noisy_copy(model, 0.5), VOCAB)
-    sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + N / (8 * N_DRAWS)), min_observations=0,
-                                probe_every=10**9, padded=False)
+    sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + N / (8 * N_DRAWS)), probe_every=10**9,
+                                padded=False)
     counts, _ = empirical_joint(model, drafter, SamplingParams(1.0), D=3, seed=2, adaptive=sched)
     x2, df = chi_square(counts, exact_joint(model, SamplingParams(1.0)), N_DRAWS)
     assert x2 > threshold(df), f"a value-dependent scheduler went unnoticed: X²={x2:.0f}, df={df}"

@@ -6,8 +6,9 @@ matmuls; for a 6-layer target the glue is still ~15 % of a step on a CPU. This k
 modules and weights and only replaces the glue: one explicit boolean mask built from the runner's
 `valid` columns, the model's rotary embedding, SDPA with grouped heads, the same kernels in the same
 order. A draft model may use it freely (its rounding changes proposals, never the output). The
-target uses it only after `matches_hf` has shown, on this machine and dtype, that it reproduces
-Hugging Face's logits bit for bit — greedy exactness is measured against that forward.
+target uses it only after a probe at load (`target._lean_reproduces_hf`) has shown, on this machine
+and dtype, that it reproduces Hugging Face's logits bit for bit — greedy exactness is measured
+against that forward.
 """
 from __future__ import annotations
 
@@ -108,10 +109,8 @@ class LeanForward:
             if i + 1 in want and i + 1 < len(self.layers):
                 hidden[i + 1] = h
         if last_only and not want:
-            h = h[:, -1:]
+            h = h[:, -1:]      # a prefill that only fills the cache: norm and head on one column
         h = self._norm(self.norm, h)
         if len(self.layers) in want:
             hidden[len(self.layers)] = h
-        if last_only:
-            h = h[:, -1:]
-        return self.head(h), hidden
+        return self.head(h[:, -1:] if last_only else h), hidden

@@ -253,14 +253,13 @@ class ModelRunner:
 
 def _lean_reproduces_hf(model: PreTrainedModel) -> bool:
     """Whether the lean forward gives Hugging Face's logits and hidden states bit for bit on a
-    ragged two-row probe: a prefill with padding, a one-token step, a multi-token verification."""
+    short probe of every attention path the engine takes: one row without holes (causal prefill,
+    one-token and multi-token steps), then two ragged rows with padding and rolled-back drafts."""
     hf, lean = ModelRunner(model), ModelRunner(model, lean=True)
     vocab = min(int(model.config.vocab_size), 256)
     g = torch.Generator().manual_seed(0)
     layers = tuple(range(lean.num_layers + 1))
     dev = hf.device
-    # one row without holes (the causal prefill, single-token and multi-token steps), then two
-    # rows with padding and a rolled-back draft (the masked paths)
     for rows, steps in ((1, ((6, [6]), (1, [1]), (4, [4]))), (2, ((6, [6, 3]), (1, [1, 1]), (4, [4, 2]), (3, [1, 3])))):
         for r in (hf, lean):
             r.reset(rows)

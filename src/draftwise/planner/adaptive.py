@@ -171,20 +171,21 @@ class AdaptiveDraftLength:
       engine skips a drafter that drafts nothing, `skips_idle`); `schedule_width` (draftwise's
       padded verify block) or, with padded=False, the per-row `schedule_prefix` then picks how
       many of them to verify;
-    - exploration: until `min_observations` first positions were verified (at most `probe_every`
-      steps: at batch 1 an expensive drafter would otherwise pay dozens of them), and then periodically,
-      the step drafts the full D and verifies all of it, so the statistics keep coming for every
-      position. The period starts at `probe_every` steps and doubles, up to `max_probe_interval`,
-      each time a probe finds drafting still does not pay: a probe costs a full-length draft and
-      verification, which would otherwise dominate where the best choice is not to speculate.
+    - exploration: every step that drafts D and verifies it observes positions 1…D; positions
+      beyond the current choice are probed one at a time — the first step, and then periodically,
+      drafts one token more than the choice and verifies all of it (hill climbing; until observed,
+      a position's acceptance is the prior `alpha`). The period starts at `probe_every` steps and
+      doubles, up to `max_probe_interval`, each time a probe finds drafting still does not pay:
+      where the best choice is not to speculate, probes are the whole cost of being adaptive,
+      and at batch 16 one full-length probe of a draft model costs about six plain steps.
     """
 
     MAX_POS, BINS = 16, 10
 
     def __init__(self, sps_curve: Optional[SPSLike] = None, alpha: float = 0.7, max_tokens: Optional[int] = None,
                  *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None, learn: bool = True,
-                 prior_weight: float = 4.0, probe_every: int = 8, min_observations: int = 32,
-                 padded: bool = True, max_probe_interval: int = 64):
+                 prior_weight: float = 4.0, probe_every: int = 8, padded: bool = True,
+                 max_probe_interval: int = 64):
         if sps_curve is None and sps_for_batch is None:
             raise ValueError("give sps_curve or sps_for_batch")
         self.sps = _as_sps(sps_curve) if sps_curve is not None else None
@@ -193,7 +194,6 @@ class AdaptiveDraftLength:
         self.alpha = float(alpha)
         self.max_tokens = max_tokens
         self.learn, self.prior_weight, self.probe_every = learn, float(prior_weight), int(probe_every)
-        self.min_observations = int(min_observations)
         self.max_probe_interval = max(int(max_probe_interval), self.probe_every)
         self.padded = padded     # draftwise pads the verify block: cost follows the widest row
         self.skips_idle = False  # set by the engine: a step drafting nothing costs the drafter nothing
@@ -206,8 +206,8 @@ class AdaptiveDraftLength:
         self._pos_n, self._pos_acc = np.zeros(P), np.zeros(P)
         self._bin_n, self._bin_acc = np.zeros((P, K)), np.zeros((P, K))
         self._cost = np.zeros(5)   # decayed Σ1, ΣD, Σt, ΣD², ΣDt of drafter steps
-        self._steps = 0
-        self._since_probe, self._interval, self._probing, self._warm_steps = 0, self.probe_every, False, 0
+        # the first step probes: nothing is known yet beyond the prior
+        self._since_probe, self._interval, self._probing = self.probe_every - 1, self.probe_every, False
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
 
     # --- learned statistics --------------------------------------------------------------------
@@ -266,24 +266,20 @@ class AdaptiveDraftLength:
 
     def draft_cap(self, batch_size: int, max_draft: int) -> int:
         """How many tokens to draft this step (before drafting)."""
-        self._steps += 1
         self._probing = False
         if not self.learn or max_draft <= 0:
             return max_draft
         if self.max_tokens is not None:
             max_draft = min(max_draft, self.max_tokens)
+        best = self._best_cap(batch_size, max_draft)
         self._since_probe += 1
-        warming = self._pos_n[0] < self.min_observations and self._warm_steps < self.probe_every
-        self._warm_steps += warming
-        if warming or self._since_probe >= self._interval:
-            # explore: observe acceptance at every position, or a pessimistic estimate (or one
-            # never measured beyond the cap) could not recover
-            if not warming:
-                pays = self._best_cap(batch_size, max_draft) > 0
-                self._interval = self.probe_every if pays else min(2 * self._interval, self.max_probe_interval)
+        if self._since_probe >= self._interval and best < max_draft:
+            # probe one position deeper than the choice and verify it, or a pessimistic estimate
+            # (or a position never observed) could not recover
+            self._interval = self.probe_every if best > 0 else min(2 * self._interval, self.max_probe_interval)
             self._since_probe, self._probing = 0, True
-            return max_draft
-        return self._best_cap(batch_size, max_draft)
+            return best + 1
+        return best
 
     def observe(self, verified: torch.Tensor, accepted: torch.Tensor, draft_seconds: float = 0.0,
                 drafted: int = 0) -> None:
