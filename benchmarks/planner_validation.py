@@ -58,6 +58,20 @@ def decode_throughput(records: list[dict]) -> float:
     return tokens / span if span > 0 else float("nan")
 
 
+def proposal_rate(records: list[dict], D: int, max_new_tokens: int) -> float:
+    """Share of a row's steps (with the full D available) in which the drafter proposed anything."""
+    n = proposed = 0
+    for r in records:
+        for o in r["outputs"]:
+            produced = 0
+            for L, k in zip(o["step_lengths"], o["drafted"]):
+                if max_new_tokens - produced - 1 >= D:
+                    n += 1
+                    proposed += k > 0
+                produced += L
+    return proposed / n if n else 1.0
+
+
 def conditional_acceptance(records: list[dict], D: int, max_new_tokens: int) -> list[float]:
     """α_k = P(draft k proposed and accepted | drafts < k accepted), over the steps run with the
     full D available (steps cut short by max_new_tokens are left out). A drafter that proposes
@@ -145,9 +159,10 @@ def main() -> None:
     for ds in datasets:
         L = ctx[ds]
         # 3. acceptance per drafter at this context, from the largest-D run at batch 1
-        acc = {d: Acceptance(conditional_acceptance(groups[(ds, d, Ds[-1], batch_sizes[0])], Ds[-1],
-                                                      args.max_new_tokens), name=d,
-                          extrapolate="zero")
+        # (and the share of steps with any proposal: without one a step costs a plain step)
+        runs = {d: groups[(ds, d, Ds[-1], batch_sizes[0])] for d in drafters}
+        acc = {d: Acceptance(conditional_acceptance(runs[d], Ds[-1], args.max_new_tokens), name=d,
+                             extrapolate="zero", proposal_rate=proposal_rate(runs[d], Ds[-1], args.max_new_tokens))
                for d in drafters}
         # 4. the planner's prediction for every cell
         pred = predict(args.target, str(prof), acceptance=acc, draft_model=draft_cfg, batch_sizes=batch_sizes,
@@ -173,7 +188,8 @@ def main() -> None:
                               "speedup_error_at_predicted_D": round(err_at_pred, 4),
                               "speedup_hit": err_at_pred <= args.tolerance,
                               "throughput_loss_of_predicted_D": round(1 - meas[best_p] / meas[best_m], 4),
-                              "acceptance": [round(a, 4) for a in acc[d].conditional]})
+                              "acceptance": [round(a, 4) for a in acc[d].conditional],
+                              "proposal_rate": round(acc[d].proposal_rate, 4)})
                 ad = thr.get((ds, d + ADAPTIVE, Ds[-1], B))
                 if ad is not None:
                     adaptive_rows.append({"dataset": ds, "drafter": d, "batch_size": B, "best_fixed_D": best_m,

@@ -157,3 +157,20 @@ def test_unnamed_acceptance_takes_the_drafter_name(tmp_path):
         assert any(x["rule"] == "acceptance" for x in r["schedule"][0]["reasons"])
     with pytest.raises(ValueError):
         plan("llama-3.1-8b", "h100-sxm", acceptance=tmp_path, batch_sizes=[1], context_lengths=[512])
+
+
+def test_steps_without_a_proposal_cost_a_plain_step():
+    """Prompt lookup proposes nothing without a match; the engine then verifies one token per row.
+    At batch 1 half the steps are plain steps; at batch 64 some row almost always proposes."""
+    from draftwise.planner import predict
+    always = Acceptance([0.8] * 4, name="ngram")
+    half = Acceptance([0.8] * 4, name="ngram", proposal_rate=0.5)
+    kw = dict(batch_sizes=[1, 64], draft_tokens=[0, 4], context_lengths=[512])
+    a, h = (predict("llama-3.1-8b", "h100-sxm", acceptance={"ngram": x}, **kw) for x in (always, half))
+    cell = lambda rows, B, D: next(r for r in rows if r["batch_size"] == B and r["num_draft_tokens"] == D)  # noqa: E731
+    t0, t4 = cell(a, 1, 0)["target_time_s"], cell(a, 1, 4)["target_time_s"]
+    assert cell(h, 1, 4)["target_time_s"] == pytest.approx((t0 + t4) / 2)
+    assert cell(h, 64, 4)["target_time_s"] == pytest.approx(cell(a, 64, 4)["target_time_s"], rel=1e-9)
+    assert half.verify_share(1) == 0.5 and half.to_dict()["proposal_rate"] == 0.5
+    assert plan("llama-3.1-8b", "h100-sxm", acceptance={"ngram": {"conditional": [0.8] * 4, "proposal_rate": 0.5}},
+                batch_sizes=[1], context_lengths=[512])["schedule"][0]["batch_size"] == 1

@@ -35,6 +35,9 @@ class Acceptance:
     constant_alpha: Optional[float] = None
     extrapolate: str = "tail"                    # "tail" | "zero"
     source: str = ""
+    # share of a row's steps with a non-empty proposal (prompt lookup without a match proposes
+    # nothing; those steps count as rejections in `conditional` and cost a plain step)
+    proposal_rate: float = 1.0
 
     @staticmethod
     def constant(alpha: float, name: str = "constant") -> "Acceptance":
@@ -70,17 +73,22 @@ class Acceptance:
             total += p
         return total
 
+    def verify_share(self, batch_size: int) -> float:
+        """Probability that a step of `batch_size` rows verifies a drafted block at all: the engine
+        pads the block to its widest row, so one row with a proposal makes every row pay for it."""
+        return 1.0 - (1.0 - min(max(self.proposal_rate, 0.0), 1.0)) ** batch_size
+
     def for_category(self, category: Optional[str]) -> "Acceptance":
         if not category:
             return self
         if category not in self.categories:
             raise ValueError(f"no category {category!r} for {self.name}; have {sorted(self.categories)}")
         return Acceptance(list(self.categories[category]), name=self.name, extrapolate=self.extrapolate,
-                          source=f"{self.source} [{category}]")
+                          source=f"{self.source} [{category}]", proposal_rate=self.proposal_rate)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "conditional": self.conditional, "constant_alpha": self.constant_alpha,
-                "categories": self.categories, "source": self.source}
+                "categories": self.categories, "source": self.source, "proposal_rate": self.proposal_rate}
 
 
 def leviathan_expected_tokens(alpha: float, D: int) -> float:
@@ -173,7 +181,8 @@ def load_acceptance(source: Any, *, category: Optional[str] = None) -> dict[str,
                     for c, v in (node.get("categories") or {}).items()}
             cond = node["conditional"]
             cond = _cond_from_specbench(cond) if isinstance(cond, dict) else [float(x) for x in cond]
-            found[name] = Acceptance(cond, name=name, categories=cats, source=src)
+            found[name] = Acceptance(cond, name=name, categories=cats, source=src,
+                                     proposal_rate=float(node.get("proposal_rate", 1.0)))
         if "Conditional_Acceptance_Rate" in node:                   # specdec_bench format
             name = _drafter_name(path)
             cond = _cond_from_specbench(node["Conditional_Acceptance_Rate"])

@@ -224,8 +224,9 @@ def predict(target: Any, hardware: Any = None, *, acceptance: Any = None, alpha:
         for L in _as_list(context_lengths):
             for B in _as_list(batch_sizes):
                 t0 = cm.target_time(B, 0, L)
+                share = a.verify_share(B)
                 for D in _as_list(draft_tokens):
-                    tt = cm.target_time(B, D, L)
+                    tt = share * cm.target_time(B, D, L) + (1 - share) * t0 if D else t0
                     td = _drafter_time(cm, d, cost_ratio, B, D, L)
                     E = a.expected_tokens(D)
                     out.append({"drafter": n, "batch_size": B, "num_draft_tokens": D, "context_length": L,
@@ -248,9 +249,11 @@ def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, T_target=None):
     res = {}
     for n, a in acc.items():
         rows = []
+        share = a.verify_share(B)   # steps where no row has a proposal cost a plain step
         for D in range(max_draft + 1):
             td = _drafter_time(cm, ddesc[n], cost_ratio, B, D, L)
-            rows.append((a.expected_tokens(D), T_target[D] + td, td))
+            tt = share * T_target[D] + (1 - share) * T_target[0]
+            rows.append((a.expected_tokens(D), tt + td, td))
         best = 0
         for D, (E, T, _) in enumerate(rows):
             if E / T > rows[best][0] / rows[best][1] * (1 + 1e-9):
