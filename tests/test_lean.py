@@ -64,6 +64,7 @@ def test_unsupported_models_keep_hf_forward():
 def test_target_takes_lean_forward_only_when_it_is_bitwise_hf(arch, monkeypatch):
     model = CASES[arch]()
     assert draftwise.load_target(model).uses_lean_forward
+    assert not draftwise.load_target(model, lean=False).uses_lean_forward
     # a lean forward that rounds differently (here: one ulp-scale change in every norm) is refused
     norm = LeanForward._norm
     monkeypatch.setattr(LeanForward, "_norm", staticmethod(lambda m, x: norm(m, x) * (1 + 1e-6)))

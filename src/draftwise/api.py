@@ -22,8 +22,9 @@ class TargetModel(ModelRunner):
         super().__init__(model, tokenizer, lean="exact" if lean else False)
 
 
-def load_target(target, tokenizer=None, dtype="float32") -> TargetModel:
-    """A local path, a loaded PreTrainedModel, or an existing TargetModel (returned as is)."""
+def load_target(target, tokenizer=None, dtype="float32", lean: bool = True) -> TargetModel:
+    """A local path, a loaded PreTrainedModel, or an existing TargetModel (returned as is).
+    lean=False keeps Hugging Face's own forward even where the lean one is bitwise the same."""
     if isinstance(target, TargetModel):
         if tokenizer is not None:
             target.tokenizer = tokenizer
@@ -41,7 +42,7 @@ def load_target(target, tokenizer=None, dtype="float32") -> TargetModel:
         raise TypeError(f"target must be a local path, a PreTrainedModel or a TargetModel, not {type(target).__name__}")
     if isinstance(tokenizer, str):
         tokenizer = load_tokenizer(tokenizer)
-    return TargetModel(model, tokenizer)
+    return TargetModel(model, tokenizer, lean=lean)
 
 
 def _encode_prompts(prompts, tokenizer) -> list[list[int]]:
