@@ -163,20 +163,22 @@ def test_draft_cap_from_acceptance_and_drafter_cost():
     probes = [i for i, c in enumerate(caps) if c == 1]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps == sorted(gaps) and gaps[0] <= 16 and gaps[-1] == 64, gaps
-    # a drafter whose first three drafts are always accepted and the rest never: draft three,
-    # and probe a fourth every probe_every steps (it keeps paying to look while drafting pays)
-    g = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7)
-    caps = []
-    for _ in range(100):
-        cap = g.draft_cap(4, 8)
-        caps.append(cap)
-        g(Proposal(tokens=torch.zeros(4, cap, dtype=torch.long), num_tokens=torch.full((4,), cap),
-                   confidence=torch.full((4, cap), 0.9)))
-        g.observe(torch.full((4,), cap), torch.full((4,), min(cap, 3)), draft_seconds=0.002 * cap, drafted=cap)
-    late = caps[50:]
-    assert set(late) == {3, 4}, late
-    fours = [i for i, c in enumerate(late) if c == 4]
-    assert {b - a for a, b in zip(fours, fours[1:])} == {g.probe_every}
+    # a drafter whose first three drafts are always accepted and the rest never: draft three, and
+    # probe past them every probe_every steps (it keeps looking while drafting pays) — the full D
+    # where that costs at most probe_budget plain steps, else one position deeper
+    for per_token, probe in ((0.002, 8), (0.006, 4)):   # a full probe: +1.0 or +3.0 plain steps
+        g = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7)
+        caps = []
+        for _ in range(100):
+            cap = g.draft_cap(4, 8)
+            caps.append(cap)
+            g(Proposal(tokens=torch.zeros(4, cap, dtype=torch.long), num_tokens=torch.full((4,), cap),
+                       confidence=torch.full((4, cap), 0.9)))
+            g.observe(torch.full((4,), cap), torch.full((4,), min(cap, 3)), draft_seconds=per_token * cap, drafted=cap)
+        late = caps[50:]
+        assert set(late) == {3, probe}, late
+        probes = [i for i, c in enumerate(late) if c == probe]
+        assert {b - a for a, b in zip(probes, probes[1:])} == {g.probe_every}
     # free drafting, verification cost flat and high acceptance: draft everything allowed
     assert AdaptiveDraftLength(lambda N: 100.0, alpha=0.9).draft_cap(4, 8) == 8
     assert AdaptiveDraftLength(lambda N: 100.0, alpha=0.9, max_tokens=3).draft_cap(4, 8) == 3

@@ -171,13 +171,15 @@ class AdaptiveDraftLength:
       engine skips a drafter that drafts nothing, `skips_idle`); `schedule_width` (draftwise's
       padded verify block) or, with padded=False, the per-row `schedule_prefix` then picks how
       many of them to verify;
-    - exploration: every step that drafts D and verifies it observes positions 1…D; positions
-      beyond the current choice are probed one at a time — the first step, and then periodically,
-      drafts one token more than the choice and verifies all of it (hill climbing; until observed,
-      a position's acceptance is the prior `alpha`). The period starts at `probe_every` steps and
-      doubles, up to `max_probe_interval`, each time a probe finds drafting still does not pay:
-      where the best choice is not to speculate, probes are the whole cost of being adaptive,
-      and at batch 16 one full-length probe of a draft model costs about six plain steps.
+    - exploration: every step that drafts D and verifies it observes positions 1…D. The first
+      step, and then periodically, probes past the current choice and verifies all of it: the full
+      D where that costs at most `probe_budget` plain steps (prompt lookup at small batches, whose
+      acceptance rises along the draft, so one position deeper would not pay while four would),
+      else one position deeper (a draft model; at batch 16 its full-length probe costs about six
+      plain steps). Until observed, a position's acceptance is the prior `alpha`. The period
+      starts at `probe_every` steps and doubles, up to `max_probe_interval`, each time a probe
+      finds drafting still does not pay: where the best choice is not to speculate, probes are
+      the whole cost of being adaptive.
     """
 
     MAX_POS, BINS = 16, 10
@@ -185,7 +187,7 @@ class AdaptiveDraftLength:
     def __init__(self, sps_curve: Optional[SPSLike] = None, alpha: float = 0.7, max_tokens: Optional[int] = None,
                  *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None, learn: bool = True,
                  prior_weight: float = 4.0, probe_every: int = 8, padded: bool = True,
-                 max_probe_interval: int = 64):
+                 max_probe_interval: int = 64, probe_budget: float = 2.0):
         if sps_curve is None and sps_for_batch is None:
             raise ValueError("give sps_curve or sps_for_batch")
         self.sps = _as_sps(sps_curve) if sps_curve is not None else None
@@ -195,6 +197,7 @@ class AdaptiveDraftLength:
         self.max_tokens = max_tokens
         self.learn, self.prior_weight, self.probe_every = learn, float(prior_weight), int(probe_every)
         self.max_probe_interval = max(int(max_probe_interval), self.probe_every)
+        self.probe_budget = float(probe_budget)
         self.padded = padded     # draftwise pads the verify block: cost follows the widest row
         self.skips_idle = False  # set by the engine: a step drafting nothing costs the drafter nothing
         self.reset_stats()
@@ -274,12 +277,18 @@ class AdaptiveDraftLength:
         best = self._best_cap(batch_size, max_draft)
         self._since_probe += 1
         if self._since_probe >= self._interval and best < max_draft:
-            # probe one position deeper than the choice and verify it, or a pessimistic estimate
-            # (or a position never observed) could not recover
+            # probe past the choice and verify it, or a pessimistic estimate (or a position never
+            # observed) could not recover
             self._interval = self.probe_every if best > 0 else min(2 * self._interval, self.max_probe_interval)
             self._since_probe, self._probing = 0, True
-            return best + 1
+            return max_draft if self._probe_cost(batch_size, best, max_draft) <= self.probe_budget else best + 1
         return best
+
+    def _probe_cost(self, batch_size: int, best: int, D: int) -> float:
+        """Extra step time of drafting and verifying D tokens instead of `best`, in plain steps."""
+        sps = self.sps_at(batch_size)
+        step = lambda d: 1.0 / sps(batch_size * (1 + d)) + self.draft_time(d)  # noqa: E731
+        return (step(D) - step(best)) * sps(batch_size)
 
     def observe(self, verified: torch.Tensor, accepted: torch.Tensor, draft_seconds: float = 0.0,
                 drafted: int = 0) -> None:
