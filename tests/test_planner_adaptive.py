@@ -148,17 +148,23 @@ def test_learning_calibrates_confidence_and_position_acceptance():
     assert b.position_alpha()[:3] == pytest.approx([0.25, 0.5, 0.5])
 
 
+def _drive(sched, steps, confidence, accepted, per_token):
+    """Run the engine's per-step calls on a batch of 4: draft_cap, schedule, observe. Returns the caps."""
+    caps = []
+    for _ in range(steps):
+        cap = sched.draft_cap(4, 8)
+        caps.append(cap)
+        sched(Proposal(tokens=torch.zeros(4, cap, dtype=torch.long), num_tokens=torch.full((4,), cap),
+                       confidence=torch.full((4, cap), confidence)))
+        sched.observe(torch.full((4,), cap), torch.full((4,), accepted(cap)), draft_seconds=per_token * cap,
+                      drafted=cap)
+    return caps
+
+
 def test_draft_cap_from_acceptance_and_drafter_cost():
     # a drafter costing a target step per token whose drafts are never accepted: stop drafting,
     # except for one-token probes, ever rarer while they keep finding that drafting does not pay
-    b = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7)
-    caps = []
-    for _ in range(400):
-        cap = b.draft_cap(4, 8)
-        caps.append(cap)
-        b(Proposal(tokens=torch.zeros(4, cap, dtype=torch.long), num_tokens=torch.full((4,), cap),
-                   confidence=torch.full((4, cap), 0.5)))
-        b.observe(torch.full((4,), cap), torch.zeros(4, dtype=torch.long), draft_seconds=0.01 * cap, drafted=cap)
+    caps = _drive(AdaptiveDraftLength(lambda N: 100.0, alpha=0.7), 400, 0.5, lambda cap: 0, 0.01)
     assert caps[0] == 8 and set(caps[1:]) == {0, 1}   # the prior, before any cost was seen
     probes = [i for i, c in enumerate(caps) if c == 1]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
@@ -168,14 +174,7 @@ def test_draft_cap_from_acceptance_and_drafter_cost():
     # where that costs at most probe_budget plain steps, else one position deeper
     for per_token, probe in ((0.002, 8), (0.006, 4)):   # a full probe: +1.0 or +3.0 plain steps
         g = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7)
-        caps = []
-        for _ in range(100):
-            cap = g.draft_cap(4, 8)
-            caps.append(cap)
-            g(Proposal(tokens=torch.zeros(4, cap, dtype=torch.long), num_tokens=torch.full((4,), cap),
-                       confidence=torch.full((4, cap), 0.9)))
-            g.observe(torch.full((4,), cap), torch.full((4,), min(cap, 3)), draft_seconds=per_token * cap, drafted=cap)
-        late = caps[50:]
+        late = _drive(g, 100, 0.9, lambda cap: min(cap, 3), per_token)[50:]
         assert set(late) == {3, probe}, late
         probes = [i for i, c in enumerate(late) if c == probe]
         assert {b - a for a, b in zip(probes, probes[1:])} == {g.probe_every}

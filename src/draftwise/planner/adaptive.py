@@ -249,20 +249,24 @@ class AdaptiveDraftLength:
         times D (a parallel drafter's slope comes out ≈ 0 by itself), plus the intercept — a draft
         model catching up on the accepted tokens — only where the engine skips a drafter that
         drafts nothing; otherwise every step pays it anyway."""
-        if D <= 0:
-            return 0.0
+        return self._draft_cost()(D)
+
+    def _draft_cost(self) -> Callable[[int], float]:
+        """`draft_time` with the fitted line computed once (it is read for every D each step)."""
         slope, intercept = self._draft_line()
-        return slope * D + (intercept if self.skips_idle else 0.0)
+        fixed = intercept if self.skips_idle else 0.0
+        return lambda D: slope * D + fixed if D > 0 else 0.0
 
     def _best_cap(self, batch_size: int, max_draft: int) -> int:
         sps = self.sps_at(batch_size)
         alpha = self.position_alpha()
+        draft_time = self._draft_cost()
         best, best_v, E, surv = 0, 0.0, 1.0, 1.0
         for D in range(max_draft + 1):
             if D:
                 surv *= alpha[min(D, self.MAX_POS) - 1]
                 E += surv
-            v = E / (1.0 / sps(batch_size * (1 + D)) + self.draft_time(D))
+            v = E / (1.0 / sps(batch_size * (1 + D)) + draft_time(D))
             if v > best_v * (1 + 1e-9):
                 best, best_v = D, v
         return best
@@ -286,8 +290,8 @@ class AdaptiveDraftLength:
 
     def _probe_cost(self, batch_size: int, best: int, D: int) -> float:
         """Extra step time of drafting and verifying D tokens instead of `best`, in plain steps."""
-        sps = self.sps_at(batch_size)
-        step = lambda d: 1.0 / sps(batch_size * (1 + d)) + self.draft_time(d)  # noqa: E731
+        sps, draft_time = self.sps_at(batch_size), self._draft_cost()
+        step = lambda d: 1.0 / sps(batch_size * (1 + d)) + draft_time(d)  # noqa: E731
         return (step(D) - step(best)) * sps(batch_size)
 
     def observe(self, verified: torch.Tensor, accepted: torch.Tensor, draft_seconds: float = 0.0,
