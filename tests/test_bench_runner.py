@@ -118,6 +118,25 @@ def test_resume_after_kill(tmp_path):
         run_bench(_cfg(out, max_new_tokens=13), backend=FakeBackend())
 
 
+def test_interleaved_sweep_same_results_side_by_side(tmp_path):
+    """--interleave runs each batch of requests through every configuration before the next batch
+    (per dataset and batch size): the same records as the sequential sweep, in another order, and
+    a kill resumes without redoing anything."""
+    seq, inter = tmp_path / "seq", tmp_path / "inter"
+    run_bench(_cfg(seq, plots=False), backend=FakeBackend())
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        run_bench(_cfg(inter, plots=False, interleave=True), backend=FakeBackend(fail_after=23))
+    run_bench(_cfg(inter, plots=False, interleave=True), backend=FakeBackend())
+    a, b = read_results(seq), read_results(inter)
+    key = lambda r: (r["key"], r["question_id"])   # noqa: E731
+    assert sorted(map(key, a)) == sorted(map(key, b)) and len(b) == len(set(map(key, b))) == 60
+    assert {key(r): r["outputs"][0]["token_ids"] for r in a} == {key(r): r["outputs"][0]["token_ids"] for r in b}
+    # bs=1: the first request went through all 5 configurations before the second one started
+    first = [r for r in b if r["batch_size"] == 1][:5]
+    assert len({r["key"] for r in first}) == 5 and len({r["question_id"] for r in first}) == 1
+    assert [r["key"] for r in a[:2]] == [a[0]["key"]] * 2                      # sequential: by configuration
+
+
 def test_throughput_set(tmp_path):
     out = tmp_path / "tp"
     be = FakeBackend()
@@ -139,7 +158,8 @@ def test_cli_real_engine_tiny_model(tmp_path):
     out = tmp_path / "run"
     rc = main(["bench", "--target", str(target), "--drafter", "ngram", "-D", "2", "-D", "3",
                "--batch-sizes", "1,2", "--dataset", "qualitative", "--num-requests", "4",
-               "--max-new-tokens", "10", "--out", str(out), "--no-progress", "--no-plots", "--adaptive"])
+               "--max-new-tokens", "10", "--out", str(out), "--no-progress", "--no-plots", "--adaptive",
+               "--interleave"])
     assert rc == 0
     timing = json.loads((out / "timing.json").read_text())
     for dr, d in (("ngram", "D=2"), ("ngram", "D=3"), ("ngram+adaptive", "D=3")):

@@ -198,6 +198,47 @@ def test_draft_cap_from_acceptance_and_drafter_cost():
     assert q.draft_time(4) == pytest.approx(0.006) and q.draft_time(0) == 0.0
 
 
+def test_missing_proposals_count_as_rejections_and_weigh_the_step_time():
+    """Prompt lookup at batch 8: when a row proposes, all its drafts are accepted, but only 3 rows
+    in 8 propose. Acceptance conditional on proposing says "draft everything"; per row offered a
+    draft it is 3/8, and with the verify block padded to the widest row every step still pays
+    8 × (1 + D) tokens — here that does not pay, so the scheduler must stop drafting."""
+    sps = lambda N: 1.0 / (0.010 + 0.004 * N)   # noqa: E731  — verification grows with every token
+    B, D = 8, 4
+    sched = AdaptiveDraftLength(sps, alpha=0.9, probe_every=1000)
+    made = torch.tensor([D, D, D, 0, 0, 0, 0, 0])
+    offered = torch.full((B,), D)
+    for _ in range(200):
+        sched.draft_cap(B, D)              # as the engine calls it (the first call probes)
+        sched(Proposal(tokens=torch.zeros(B, D, dtype=torch.long), num_tokens=made,
+                       confidence=torch.full((B, D), 0.9)))
+        sched.observe(made, made, offered=offered)
+    assert sched.proposal_rate() == pytest.approx(3 / 8, abs=0.02)
+    assert sched.position_alpha()[0] == pytest.approx(3 / 8, abs=0.02)    # the missing first draft
+    assert sched.position_alpha()[1] > 0.95                               # rows that proposed kept going
+    assert sched.draft_cap(B, D) == 0
+    # the same statistics without `offered` (as before): acceptance ≈ 1, drafting looks worth it
+    blind = AdaptiveDraftLength(sps, alpha=0.9, probe_every=1000)
+    for _ in range(200):
+        blind.draft_cap(B, D)
+        blind(Proposal(tokens=torch.zeros(B, D, dtype=torch.long), num_tokens=made,
+                       confidence=torch.full((B, D), 0.9)))
+        blind.observe(made, made)
+    assert blind.draft_cap(B, D) == D
+    # a short proposal, fully accepted: a rejection at the first position not proposed, no more
+    short = AdaptiveDraftLength(lambda N: 1.0, alpha=0.5, prior_weight=1.0)
+    short(Proposal(tokens=torch.zeros(1, 3, dtype=torch.long), num_tokens=torch.tensor([2]),
+                   confidence=torch.full((1, 3), 0.5)))
+    short.observe(torch.tensor([2]), torch.tensor([2]), offered=torch.tensor([3]))
+    assert short.position_alpha()[:4] == pytest.approx([0.75, 0.75, 0.25, 0.5])
+    # …but not where the scheduler, not the drafter, cut the row short (position 2 never verified)
+    cut = AdaptiveDraftLength(lambda N: 1.0, alpha=0.5, prior_weight=1.0)
+    cut(Proposal(tokens=torch.zeros(1, 3, dtype=torch.long), num_tokens=torch.tensor([3]),
+                 confidence=torch.full((1, 3), 0.5)))
+    cut.observe(torch.tensor([2]), torch.tensor([2]), offered=torch.tensor([3]))
+    assert cut.position_alpha()[:3] == pytest.approx([0.75, 0.75, 0.5])
+
+
 def test_engine_adaptive_drafts_less_for_a_useless_expensive_drafter():
     """A random draft model (acceptance ≈ 0) learns to draft ~nothing; greedy output is unchanged."""
     import draftwise

@@ -48,6 +48,9 @@ def add_cli(sub) -> None:
     p.add_argument("--adaptive", action="store_true",
                    help="also run each drafter with run-time adaptive D (up to the largest -D), "
                         "reported as '<drafter>+adaptive'")
+    p.add_argument("--interleave", action="store_true",
+                   help="run every configuration on each batch of requests in turn (per dataset and batch "
+                        "size), so that ratios between configurations are measured side by side")
     p.add_argument("--no-warmup", dest="warmup", action="store_false")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.add_argument("--no-plots", dest="plots", action="store_false", help="skip the PNG plots")
@@ -123,7 +126,8 @@ def run_bench_cli(args) -> int:
                       max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                       top_p=args.top_p, seed=args.seed, dtype=args.dtype, prompt_format=args.prompt_format,
                       per_tier=args.per_tier, warmup=args.warmup, ignore_eos=args.ignore_eos,
-                      adaptive=args.adaptive, progress=args.progress, plots=args.plots)
+                      adaptive=args.adaptive, interleave=args.interleave, progress=args.progress,
+                      plots=args.plots)
     try:
         out = run_bench(cfg)
     except KeyboardInterrupt:

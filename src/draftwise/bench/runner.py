@@ -60,6 +60,7 @@ class BenchConfig:
     warmup: bool = True
     ignore_eos: bool = False
     adaptive: bool = False      # also run each drafter with run-time adaptive D (label "<drafter>+adaptive")
+    interleave: bool = False    # per batch of requests, every configuration in turn (see run_bench)
     progress: bool = True
     plots: bool = True
 
@@ -112,17 +113,19 @@ class EngineBackend:
         self._drafters: dict[str, Any] = {}
         self.max_positions = getattr(self.target, "max_positions", None)
 
-    def drafter(self, spec: str):
-        spec = split_adaptive(spec)[0]
-        if spec == BASELINE:
+    def drafter(self, spec: str, D: int = 0):
+        """One drafter object per configuration (label and D): a configuration is a session of its
+        own (the suffix drafter's global tree, the adaptive scheduler's statistics), also when the
+        sweep interleaves configurations."""
+        if split_adaptive(spec)[0] == BASELINE:
             return None
-        if spec not in self._drafters:
-            self._drafters[spec] = self._dw.build_drafter(spec, self.target)
-        return self._drafters[spec]
+        if (spec, D) not in self._drafters:
+            self._drafters[(spec, D)] = self._dw.build_drafter(split_adaptive(spec)[0], self.target)
+        return self._drafters[(spec, D)]
 
-    def reset_drafter(self, spec: str) -> None:
-        """Each configuration starts from a fresh session (the suffix drafter's global tree)."""
-        d = self.drafter(spec)
+    def reset_drafter(self, spec: str, D: int = 0) -> None:
+        """Each configuration starts from a fresh session."""
+        d = self.drafter(spec, D)
         if d is not None:
             d.reset()
 
@@ -131,7 +134,7 @@ class EngineBackend:
                  stop=None, stream=None) -> list[dict[str, Any]]:
         """One engine call; ``stream(row, new_ids)`` is called per step when given. A drafter label
         ending in ``+adaptive`` drafts D tokens and lets the run-time scheduler pick how many to verify."""
-        outs = self._dw.generate(self.target, prompts, drafter=self.drafter(drafter), num_draft_tokens=D,
+        outs = self._dw.generate(self.target, prompts, drafter=self.drafter(drafter, D), num_draft_tokens=D,
                                  max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                  top_p=top_p, seed=seed, ignore_eos=ignore_eos, stop=stop, stream=stream,
                                  adaptive=split_adaptive(drafter)[1])
@@ -380,30 +383,57 @@ def run_bench(cfg: BenchConfig, backend=None, log: Callable[[str], None] = print
         from tqdm.auto import tqdm
 
         bar = tqdm(total=total, desc="bench", unit="req", dynamic_ncols=True)
-    try:
-        for ds, dr, D, bs, key, batches in todo:
+    def run_one(ds, dr, D, bs, key, b, batch):
+        seed = cfg.seed + b if cfg.seed is not None else None
+        results = run_batch(backend, batch, dr, D, cfg, seed)
+        for r, turns in zip(batch, results):
+            if (key, r.question_id) in done:
+                continue
+            writer.write({"key": key, "dataset": ds, "drafter": dr, "D": D, "batch_size": bs,
+                          "question_id": r.question_id, "category": r.category,
+                          "sub_category": r.sub_category, "turns": _turns_for_record(r),
+                          "outputs": turns})
+            done.add((key, r.question_id))
             if bar is not None:
-                bar.set_postfix_str(f"{ds} {dr} D={D} bs={bs}")
-            if hasattr(backend, "reset_drafter"):
-                backend.reset_drafter(dr)
-            if cfg.warmup:
-                warm = batches[0][1]
-                wcfg = BenchConfig(**{**asdict(cfg), "max_new_tokens": min(8, cfg.max_new_tokens)})
-                run_batch(backend, [Request(r.question_id, r.category, r.turns[:1], prompt_token_ids=r.prompt_token_ids)
-                                    for r in warm], dr, D, wcfg, cfg.seed)
-            for b, batch in batches:
-                seed = cfg.seed + b if cfg.seed is not None else None
-                results = run_batch(backend, batch, dr, D, cfg, seed)
-                for r, turns in zip(batch, results):
-                    if (key, r.question_id) in done:
-                        continue
-                    writer.write({"key": key, "dataset": ds, "drafter": dr, "D": D, "batch_size": bs,
-                                  "question_id": r.question_id, "category": r.category,
-                                  "sub_category": r.sub_category, "turns": _turns_for_record(r),
-                                  "outputs": turns})
-                    done.add((key, r.question_id))
-                    if bar is not None:
-                        bar.update(1)
+                bar.update(1)
+
+    def warm_up(ds, dr, D, bs, key, batches):
+        if hasattr(backend, "reset_drafter"):
+            backend.reset_drafter(dr, D)
+        if cfg.warmup:
+            warm = batches[0][1]
+            wcfg = BenchConfig(**{**asdict(cfg), "max_new_tokens": min(8, cfg.max_new_tokens)})
+            run_batch(backend, [Request(r.question_id, r.category, r.turns[:1], prompt_token_ids=r.prompt_token_ids)
+                                for r in warm], dr, D, wcfg, cfg.seed)
+
+    try:
+        if not cfg.interleave:
+            for ds, dr, D, bs, key, batches in todo:
+                if bar is not None:
+                    bar.set_postfix_str(f"{ds} {dr} D={D} bs={bs}")
+                warm_up(ds, dr, D, bs, key, batches)
+                for b, batch in batches:
+                    run_one(ds, dr, D, bs, key, b, batch)
+        else:
+            # Per (dataset, batch size), each batch of requests goes through every configuration
+            # before the next batch, in an order that rotates from batch to batch: the machine's
+            # drift over minutes (and its warmth after the previous configuration) then falls on
+            # all configurations alike, so their ratios are measured side by side.
+            groups: dict[tuple[str, int], list] = {}
+            for unit in todo:
+                groups.setdefault((unit[0], unit[3]), []).append(unit)
+            for (ds, bs), units in groups.items():
+                if bar is not None:
+                    bar.set_postfix_str(f"{ds} bs={bs} ({len(units)} configurations interleaved)")
+                for unit in units:
+                    warm_up(*unit)
+                starts = sorted({b for u in units for b, _ in u[5]})
+                for w, b in enumerate(starts):
+                    turn = units[w % len(units):] + units[:w % len(units)]
+                    for ds_, dr, D, bs_, key, batches in turn:
+                        batch = dict(batches).get(b)
+                        if batch is not None:
+                            run_one(ds_, dr, D, bs_, key, b, batch)
     finally:
         writer.close()
         if bar is not None:

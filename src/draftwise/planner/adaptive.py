@@ -171,6 +171,12 @@ class AdaptiveDraftLength:
       engine skips a drafter that drafts nothing, `skips_idle`); `schedule_width` (draftwise's
       padded verify block) or, with padded=False, the per-row `schedule_prefix` then picks how
       many of them to verify;
+    - proposals the drafter did not make (prompt lookup without a match, or a match shorter than
+      offered) count as rejections at the first missing position, and the share of rows that
+      propose anything, r, weighs the step time as in the planner: with probability (1 − r)^B no
+      row proposes and the step is a plain one. Without this, acceptance conditional on proposing
+      made prompt lookup look worth drafting at batch 8, where every step then verified
+      B·(1 + D) tokens for far fewer accepted ones;
     - exploration: every step that drafts D and verifies it observes positions 1…D. The first
       step, and then periodically, probes past the current choice and verifies all of it: the full
       D where that costs at most `probe_budget` plain steps (prompt lookup at small batches, whose
@@ -209,9 +215,12 @@ class AdaptiveDraftLength:
         self._pos_n, self._pos_acc = np.zeros(P), np.zeros(P)
         self._bin_n, self._bin_acc = np.zeros((P, K)), np.zeros((P, K))
         self._cost = np.zeros(5)   # decayed Σ1, ΣD, Σt, ΣD², ΣDt of drafter steps
+        self._rows = np.zeros(2)   # rows offered a draft, rows that proposed anything
+        self._best: dict[tuple[int, int], int] = {}   # decisions since the statistics last changed
         # the first step probes: nothing is known yet beyond the prior
         self._since_probe, self._interval, self._probing = self.probe_every - 1, self.probe_every, False
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
+        self._proposed: Optional[np.ndarray] = None   # per row, drafts the drafter made this step
 
     # --- learned statistics --------------------------------------------------------------------
     def _bins(self, conf: np.ndarray) -> np.ndarray:
@@ -231,6 +240,11 @@ class AdaptiveDraftLength:
         """Observed conditional acceptance per draft position (prior: `alpha`)."""
         w = self.prior_weight
         return ((self._pos_acc + w * self.alpha) / (self._pos_n + w)).tolist()
+
+    def proposal_rate(self) -> float:
+        """Share of rows offered a draft that proposed anything (prior: 1, weight `prior_weight`)."""
+        offered, proposed = self._rows.tolist()
+        return (proposed + self.prior_weight) / (offered + self.prior_weight)
 
     def _draft_line(self) -> tuple[float, float]:
         """(seconds per drafted token, seconds per drafting step): a decayed least-squares line
@@ -257,18 +271,29 @@ class AdaptiveDraftLength:
         fixed = intercept if self.skips_idle else 0.0
         return lambda D: slope * D + fixed if D > 0 else 0.0
 
+    def _step_time(self, batch_size: int) -> Callable[[int], float]:
+        """Expected seconds of a step that offers every row D drafts: drafting, then verifying
+        B·(1 + D) tokens unless no row proposes (probability (1 − r)^B), then B tokens."""
+        sps, draft_time = self.sps_at(batch_size), self._draft_cost()
+        share = 1.0 - (1.0 - self.proposal_rate()) ** batch_size
+        plain = 1.0 / sps(batch_size)
+        return lambda D: (share / sps(batch_size * (1 + D)) + (1 - share) * plain + draft_time(D)) if D else plain
+
     def _best_cap(self, batch_size: int, max_draft: int) -> int:
-        sps = self.sps_at(batch_size)
+        key = (batch_size, max_draft)
+        if key in self._best:       # nothing observed since: the same answer
+            return self._best[key]
+        step = self._step_time(batch_size)
         alpha = self.position_alpha()
-        draft_time = self._draft_cost()
         best, best_v, E, surv = 0, 0.0, 1.0, 1.0
         for D in range(max_draft + 1):
             if D:
                 surv *= alpha[min(D, self.MAX_POS) - 1]
                 E += surv
-            v = E / (1.0 / sps(batch_size * (1 + D)) + draft_time(D))
+            v = E / step(D)
             if v > best_v * (1 + 1e-9):
                 best, best_v = D, v
+        self._best[key] = best
         return best
 
     def draft_cap(self, batch_size: int, max_draft: int) -> int:
@@ -290,25 +315,38 @@ class AdaptiveDraftLength:
 
     def _probe_cost(self, batch_size: int, best: int, D: int) -> float:
         """Extra step time of drafting and verifying D tokens instead of `best`, in plain steps."""
-        sps, draft_time = self.sps_at(batch_size), self._draft_cost()
-        step = lambda d: 1.0 / sps(batch_size * (1 + d)) + draft_time(d)  # noqa: E731
-        return (step(D) - step(best)) * sps(batch_size)
+        step = self._step_time(batch_size)
+        return (step(D) - step(best)) / step(0)
 
     def observe(self, verified: torch.Tensor, accepted: torch.Tensor, draft_seconds: float = 0.0,
-                drafted: int = 0) -> None:
-        """The verdict of the step just verified: per row, verified drafts and accepted drafts."""
+                drafted: int = 0, offered: Optional[torch.Tensor] = None) -> None:
+        """The verdict of the step just verified: per row, verified drafts and accepted drafts;
+        `offered`, per row, the drafts the drafter was asked for (the engine's caps)."""
         if not self.learn:
             return
         if draft_seconds > 0:
             D = float(drafted)
             self._cost *= 0.98
             self._cost += (1.0, D, draft_seconds, D * D, D * draft_seconds)
+            self._best.clear()
         raw, self._raw = self._raw, None
-        if raw is None or raw.size == 0:
+        made, self._proposed = self._proposed, None
+        if raw is None:
             return
+        self._best.clear()
         ver, acc = _as_np(verified).astype(np.int64), _as_np(accepted).astype(np.int64)
         j = np.arange(raw.shape[1])[None, :]
         seen = (j < np.minimum(ver, acc + 1)[:, None]) & (j < self.MAX_POS)   # position reached and verified
+        missing = np.zeros(len(ver), dtype=bool)
+        if offered is not None and made is not None:
+            off = _as_np(offered).astype(np.int64)
+            # the first position the drafter was asked for but did not propose, all before it
+            # accepted: a rejection as certain as a verified one
+            missing = (made < off) & (acc == made) & (ver == made) & (made < self.MAX_POS)
+            rows = off > 0
+            self._rows += (float(rows.sum()), float((rows & (made > 0)).sum()))
+        if missing.any():
+            np.add.at(self._pos_n, made[missing], 1.0)
         if not seen.any():
             return
         pos = np.broadcast_to(j, raw.shape)[seen]
@@ -365,8 +403,9 @@ class AdaptiveDraftLength:
         num = proposal.num_tokens
         if self.max_tokens is not None:
             num = num.clamp(max=self.max_tokens)
+        self._proposed = _as_np(num).astype(np.int64)
         if proposal.tokens.shape[-1] == 0:
-            self._raw = None
+            self._raw = np.zeros((len(self._proposed), 0))
             return torch.zeros_like(num, dtype=torch.long)
         raw = np.clip(_as_np(self.confidence(proposal)), 0.0, 1.0)
         self._raw = raw
