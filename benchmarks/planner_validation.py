@@ -19,6 +19,7 @@
    measured speedup over plain decoding, adaptive D vs the best fixed D; a plot and
    OUT/summary.json + OUT/summary.md.
 
+Adaptive D reads the same profile (through the planner's cost model) for its steps/s curve.
 The sweep interleaves its configurations (`draftwise bench --interleave`): per dataset and batch
 size, each batch of requests goes through plain decoding, every fixed D and adaptive D before the
 next batch, so that ratios between them are measured side by side rather than minutes apart.
@@ -151,7 +152,7 @@ def main() -> None:
         run_bench(BenchConfig(target=args.target, out=str(sweep), drafters=drafters, draft_lengths=Ds,
                               batch_sizes=batch_sizes, datasets=datasets, num_requests=args.num_requests,
                               max_new_tokens=args.max_new_tokens, ignore_eos=True, adaptive=True,
-                              interleave=not args.sequential,
+                              interleave=not args.sequential, adaptive_hardware=str(prof),
                               progress=not args.no_progress, plots=False))
         by_cell = defaultdict(list)
         for r in read_results(sweep):

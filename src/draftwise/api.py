@@ -1,6 +1,7 @@
 """`draftwise.generate`: argument checks with clear errors, then the engine."""
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Sequence
 
@@ -77,19 +78,25 @@ def _eos_ids(target: ModelRunner) -> set[int]:
     return ids
 
 
-def _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens, draft):
+def _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens, draft, max_new_tokens):
     from .planner.adaptive import AdaptiveDraftLength, measure_sps_curve
 
-    if not isinstance(adaptive, bool):
+    if not isinstance(adaptive, (bool, str, os.PathLike)):
         return adaptive
-    # Steps/s as a function of the verified tokens N = Σ(1 + ℓ_r), measured once per target, batch
-    # size and context before decoding starts (measuring mid-run would clobber the cache). The
-    # scheduler keeps what it learned (acceptance, calibration, drafter cost) for the next call
-    # with the same drafter object and shape.
-    key = (len(ids), int(sum(len(p) for p in ids) / len(ids)), int(num_draft_tokens))
+    # Steps/s as a function of the verified tokens N = Σ(1 + ℓ_r): from the planner's cost model
+    # on a hardware profile or datasheet name (`adaptive="profile.json"`), or measured once per
+    # target, batch size and context before decoding starts (measuring mid-run would clobber the
+    # cache). The scheduler keeps what it learned (acceptance, calibration, drafter cost) for the
+    # next call with the same drafter object and shape.
+    key = (len(ids), int(sum(len(p) for p in ids) / len(ids)), int(num_draft_tokens),
+           None if isinstance(adaptive, bool) else str(adaptive))
     curves = tgt.__dict__.setdefault("_sps_curves", {})
     if key not in curves:
-        curves[key] = measure_sps_curve(tgt, key[0], key[1], max_tokens=key[2])
+        if key[3] is None:
+            curves[key] = measure_sps_curve(tgt, key[0], key[1], max_tokens=key[2])
+        else:
+            from .planner.cost import CostModel
+            curves[key] = CostModel(tgt.model.config, key[3]).sps_curve(key[0], key[1] + max_new_tokens // 2)
     per_drafter = tgt.__dict__.setdefault("_schedulers", weakref.WeakKeyDictionary())
     try:
         mine = per_drafter.setdefault(draft, {})
@@ -124,8 +131,9 @@ def generate(
     target's processed distribution exactly. Returns one GenerationOutput per prompt, with `.stats`.
 
     adaptive: run-time D per row and step (DSpark's prefix scheduler) from the drafter's confidences
-    and the target's steps/s curve — True measures that curve on this machine once per batch size,
-    or pass a `draftwise.planner.adaptive.AdaptiveDraftLength` (e.g. from a `draftwise profile` file).
+    and the target's steps/s curve — True measures that curve on this machine once per batch size;
+    a hardware profile path (`draftwise profile`) or datasheet name takes it from the planner's
+    cost model instead; or pass a `draftwise.planner.adaptive.AdaptiveDraftLength`.
     It only reads the drafts, never the target's verdict, so output stays lossless.
     """
     params = check_sampling_params(temperature, top_k, top_p)
@@ -149,7 +157,7 @@ def generate(
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     stopper = StopChecker(set() if ignore_eos else _eos_ids(tgt), stops, int(max_new_tokens), tgt.tokenizer)
     if adaptive:
-        scheduler = _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens, draft)
+        scheduler = _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens, draft, int(max_new_tokens))
     generator = None
     if seed is not None:
         generator = torch.Generator(device=tgt.device).manual_seed(int(seed))

@@ -406,7 +406,7 @@ def main_serve(args) -> int:
 
     backend = EngineBackend(args.target, dtype=args.dtype)
     if args.drafter:
-        backend.drafter(args.drafter)  # build now: fail before listening
+        backend.drafter(args.drafter, args.D)  # build now: fail before listening
     name = args.model_name or Path(args.target).name
     server, service = start_server(backend, args.drafter, args.D, args.host, args.port, name,
                                    args.max_batch_size, args.batch_wait_ms)

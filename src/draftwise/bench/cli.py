@@ -48,6 +48,9 @@ def add_cli(sub) -> None:
     p.add_argument("--adaptive", action="store_true",
                    help="also run each drafter with run-time adaptive D (up to the largest -D), "
                         "reported as '<drafter>+adaptive'")
+    p.add_argument("--adaptive-hardware", default=None, metavar="PROFILE_OR_NAME",
+                   help="adaptive D's steps/s curve from the planner's cost model on this hardware (a "
+                        "'draftwise profile' JSON or a datasheet name) instead of a quick measurement at start")
     p.add_argument("--interleave", action="store_true",
                    help="run every configuration on each batch of requests in turn (per dataset and batch "
                         "size), so that ratios between configurations are measured side by side")
@@ -126,7 +129,8 @@ def run_bench_cli(args) -> int:
                       max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                       top_p=args.top_p, seed=args.seed, dtype=args.dtype, prompt_format=args.prompt_format,
                       per_tier=args.per_tier, warmup=args.warmup, ignore_eos=args.ignore_eos,
-                      adaptive=args.adaptive, interleave=args.interleave, progress=args.progress,
+                      adaptive=args.adaptive, interleave=args.interleave,
+                      adaptive_hardware=args.adaptive_hardware, progress=args.progress,
                       plots=args.plots)
     try:
         out = run_bench(cfg)

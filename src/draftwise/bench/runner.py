@@ -61,6 +61,7 @@ class BenchConfig:
     ignore_eos: bool = False
     adaptive: bool = False      # also run each drafter with run-time adaptive D (label "<drafter>+adaptive")
     interleave: bool = False    # per batch of requests, every configuration in turn (see run_bench)
+    adaptive_hardware: Optional[str] = None   # adaptive D's steps/s curve: planner on this profile
     progress: bool = True
     plots: bool = True
 
@@ -111,6 +112,7 @@ class EngineBackend:
         if self.tokenizer is None:
             raise ValueError(f"{target_path}: no tokenizer found next to the model; the benchmark needs one")
         self._drafters: dict[str, Any] = {}
+        self.adaptive_hardware: Optional[str] = None   # else adaptive D measures its own curve
         self.max_positions = getattr(self.target, "max_positions", None)
 
     def drafter(self, spec: str, D: int = 0):
@@ -137,7 +139,7 @@ class EngineBackend:
         outs = self._dw.generate(self.target, prompts, drafter=self.drafter(drafter, D), num_draft_tokens=D,
                                  max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                  top_p=top_p, seed=seed, ignore_eos=ignore_eos, stop=stop, stream=stream,
-                                 adaptive=split_adaptive(drafter)[1])
+                                 adaptive=(self.adaptive_hardware or True) if split_adaptive(drafter)[1] else False)
         return [{"token_ids": list(o.token_ids), "text": o.text, "accept_lengths": list(o.accept_lengths),
                  "num_drafted": list(o.num_drafted), "token_times": list(o.token_times),
                  "finish_reason": o.finish_reason} for o in outs]
@@ -345,6 +347,8 @@ def run_bench(cfg: BenchConfig, backend=None, log: Callable[[str], None] = print
         raise ValueError("-D must be >= 1 (the baseline with D = 0 is always run)")
     if backend is None:
         backend = EngineBackend(cfg.target, dtype=cfg.dtype)
+    if cfg.adaptive_hardware and hasattr(backend, "adaptive_hardware"):
+        backend.adaptive_hardware = cfg.adaptive_hardware
     models = {"target": hash_model_path(cfg.target)}
     for spec in cfg.drafters:
         p = drafter_model_path(spec)

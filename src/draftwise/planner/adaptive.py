@@ -185,7 +185,11 @@ class AdaptiveDraftLength:
       plain steps). Until observed, a position's acceptance is the prior `alpha`. The period
       starts at `probe_every` steps and doubles, up to `max_probe_interval`, each time a probe
       finds drafting still does not pay: where the best choice is not to speculate, probes are
-      the whole cost of being adaptive.
+      the whole cost of being adaptive. A probe is made only while it could pay: the choice
+      under acceptance `optimism` standard errors above the observed rates (a position never
+      observed: near 1) must exceed the current one. A draft model at batch 1 whose first draft
+      is accepted 40 % of the time stops probing after a handful of probes; each one, in a new
+      request, first has to feed the draft the whole prompt.
     """
 
     MAX_POS, BINS = 16, 10
@@ -193,7 +197,7 @@ class AdaptiveDraftLength:
     def __init__(self, sps_curve: Optional[SPSLike] = None, alpha: float = 0.7, max_tokens: Optional[int] = None,
                  *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None, learn: bool = True,
                  prior_weight: float = 4.0, probe_every: int = 8, padded: bool = True,
-                 max_probe_interval: int = 64, probe_budget: float = 2.0):
+                 max_probe_interval: int = 64, probe_budget: float = 2.0, optimism: float = 2.0):
         if sps_curve is None and sps_for_batch is None:
             raise ValueError("give sps_curve or sps_for_batch")
         self.sps = _as_sps(sps_curve) if sps_curve is not None else None
@@ -204,6 +208,7 @@ class AdaptiveDraftLength:
         self.learn, self.prior_weight, self.probe_every = learn, float(prior_weight), int(probe_every)
         self.max_probe_interval = max(int(max_probe_interval), self.probe_every)
         self.probe_budget = float(probe_budget)
+        self.optimism = float(optimism)
         self.padded = padded     # draftwise pads the verify block: cost follows the widest row
         self.skips_idle = False  # set by the engine: a step drafting nothing costs the drafter nothing
         self.reset_stats()
@@ -216,7 +221,10 @@ class AdaptiveDraftLength:
         self._bin_n, self._bin_acc = np.zeros((P, K)), np.zeros((P, K))
         self._cost = np.zeros(5)   # decayed Σ1, ΣD, Σt, ΣD², ΣDt of drafter steps
         self._rows = np.zeros(2)   # rows offered a draft, rows that proposed anything
-        self._best: dict[tuple[int, int], int] = {}   # decisions since the statistics last changed
+        self._tt: dict[tuple[int, int], list[float]] = {}   # (rows, width) → decayed [count, seconds]
+        self._tt_seen = 0
+        self._times: dict[int, list[float]] = {}           # target_time per width, refreshed every 16 steps
+        self._best: dict[tuple[int, int, float], int] = {}   # decisions since the statistics last changed
         # the first step probes: nothing is known yet beyond the prior
         self._since_probe, self._interval, self._probing = self.probe_every - 1, self.probe_every, False
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
@@ -236,10 +244,15 @@ class AdaptiveDraftLength:
         w = self.prior_weight
         return (self._bin_acc[pos, b] + w * conf) / (self._bin_n[pos, b] + w)
 
-    def position_alpha(self) -> list[float]:
-        """Observed conditional acceptance per draft position (prior: `alpha`)."""
+    def position_alpha(self, z: float = 0.0) -> list[float]:
+        """Observed conditional acceptance per draft position (prior: `alpha`); with z > 0 its
+        upper confidence bound, z standard errors above."""
         w = self.prior_weight
-        return ((self._pos_acc + w * self.alpha) / (self._pos_n + w)).tolist()
+        n = self._pos_n + w
+        p = (self._pos_acc + w * self.alpha) / n
+        if z:
+            p = np.minimum(1.0, p + z * np.sqrt(p * (1.0 - p) / n))
+        return p.tolist()
 
     def proposal_rate(self) -> float:
         """Share of rows offered a draft that proposed anything (prior: 1, weight `prior_weight`)."""
@@ -271,20 +284,57 @@ class AdaptiveDraftLength:
         fixed = intercept if self.skips_idle else 0.0
         return lambda D: slope * D + fixed if D > 0 else 0.0
 
+    def target_time(self, batch_size: int, width: int) -> float:
+        """Seconds of a target step verifying `width` drafts in each of `batch_size` rows: the SPS
+        curve, scaled to the steps observed, blended with the observed steps of this width
+        (decayed). The curve comes from a profile or a measurement taken before decoding; on a
+        shared machine the target's speed, and the price of a wider step, drift from it."""
+        times = self._times.get(batch_size)
+        if times is None or width >= len(times):
+            times = self._times[batch_size] = self._target_times(batch_size, max(width + 1, self.MAX_POS + 1))
+        return times[width]
+
+    def _target_times(self, batch_size: int, widths: int) -> list[float]:
+        curve = self.sps_at(batch_size)
+        prior = [1.0 / curve(batch_size * (1 + w)) for w in range(widths)]
+        seen = [(n, t, w) for (b, w), (n, t) in self._tt.items() if b == batch_size and w < widths]
+        scale = sum(t for _, t, _ in seen) / sum(n * prior[w] for n, _, w in seen) if seen else 1.0
+        k = self.prior_weight
+        out = [k * p * scale for p in prior]
+        count = [k] * widths
+        for n, t, w in seen:
+            out[w] += t
+            count[w] += n
+        return [o / c for o, c in zip(out, count)]
+
+    def learned_sps(self, batch_size: int) -> Callable[[float], float]:
+        """Steps/s against verified tokens N, from `target_time` (for the per-step schedulers)."""
+        if not self.learn or not self._tt:
+            return self.sps_at(batch_size)
+
+        def sps(N: float) -> float:
+            w = max(float(N) / batch_size - 1.0, 0.0)
+            w0 = int(w)
+            t = self.target_time(batch_size, w0)
+            if w > w0:
+                t += (w - w0) * (self.target_time(batch_size, w0 + 1) - t)
+            return 1.0 / t
+        return sps
+
     def _step_time(self, batch_size: int) -> Callable[[int], float]:
         """Expected seconds of a step that offers every row D drafts: drafting, then verifying
         B·(1 + D) tokens unless no row proposes (probability (1 − r)^B), then B tokens."""
-        sps, draft_time = self.sps_at(batch_size), self._draft_cost()
+        draft_time = self._draft_cost()
         share = 1.0 - (1.0 - self.proposal_rate()) ** batch_size
-        plain = 1.0 / sps(batch_size)
-        return lambda D: (share / sps(batch_size * (1 + D)) + (1 - share) * plain + draft_time(D)) if D else plain
+        plain = self.target_time(batch_size, 0)
+        return lambda D: (share * self.target_time(batch_size, D) + (1 - share) * plain + draft_time(D)) if D else plain
 
-    def _best_cap(self, batch_size: int, max_draft: int) -> int:
-        key = (batch_size, max_draft)
+    def _best_cap(self, batch_size: int, max_draft: int, z: float = 0.0) -> int:
+        key = (batch_size, max_draft, z)
         if key in self._best:       # nothing observed since: the same answer
             return self._best[key]
         step = self._step_time(batch_size)
-        alpha = self.position_alpha()
+        alpha = self.position_alpha(z)
         best, best_v, E, surv = 0, 0.0, 1.0, 1.0
         for D in range(max_draft + 1):
             if D:
@@ -307,10 +357,15 @@ class AdaptiveDraftLength:
         self._since_probe += 1
         if self._since_probe >= self._interval and best < max_draft:
             # probe past the choice and verify it, or a pessimistic estimate (or a position never
-            # observed) could not recover
-            self._interval = self.probe_every if best > 0 else min(2 * self._interval, self.max_probe_interval)
-            self._since_probe, self._probing = 0, True
-            return max_draft if self._probe_cost(batch_size, best, max_draft) <= self.probe_budget else best + 1
+            # observed) could not recover — but only while the evidence leaves room for it to pay:
+            # under optimistic acceptance (upper confidence bounds) the probe's length must beat
+            # the choice. Once enough steps rule that out, probes stop costing anything.
+            self._since_probe = 0
+            D = max_draft if self._probe_cost(batch_size, best, max_draft) <= self.probe_budget else best + 1
+            if self._best_cap(batch_size, D, self.optimism) > best:
+                self._interval = self.probe_every if best > 0 else min(2 * self._interval, self.max_probe_interval)
+                self._probing = True
+                return D
         return best
 
     def _probe_cost(self, batch_size: int, best: int, D: int) -> float:
@@ -319,11 +374,20 @@ class AdaptiveDraftLength:
         return (step(D) - step(best)) / step(0)
 
     def observe(self, verified: torch.Tensor, accepted: torch.Tensor, draft_seconds: float = 0.0,
-                drafted: int = 0, offered: Optional[torch.Tensor] = None) -> None:
+                drafted: int = 0, offered: Optional[torch.Tensor] = None, target_seconds: float = 0.0) -> None:
         """The verdict of the step just verified: per row, verified drafts and accepted drafts;
-        `offered`, per row, the drafts the drafter was asked for (the engine's caps)."""
+        `offered`, per row, the drafts the drafter was asked for (the engine's caps);
+        `target_seconds`, the time of the target's verification."""
         if not self.learn:
             return
+        if target_seconds > 0 and len(verified):
+            key = (len(verified), int(verified.max()))
+            n, t = self._tt.get(key, (0.0, 0.0))
+            self._tt[key] = [0.98 * n + 1.0, 0.98 * t + target_seconds]
+            self._tt_seen += 1
+            if self._tt_seen % 16 == 0:     # timings move slowly: decide afresh now and then
+                self._best.clear()
+                self._times.clear()
         if draft_seconds > 0:
             D = float(drafted)
             self._cost *= 0.98
@@ -414,7 +478,7 @@ class AdaptiveDraftLength:
             # never be verified and so never corrected (decided before verification: lossless)
             return num.clone()
         schedule = schedule_width if self.padded else schedule_prefix
-        return schedule(self.calibrated(raw), num, self.sps_at(int(num.shape[0])))
+        return schedule(self.calibrated(raw), num, self.learned_sps(int(num.shape[0])))
 
 
 def measure_sps_curve(runner, batch_size: int, context_length: int, max_tokens: int = 16,
