@@ -177,6 +177,9 @@ class AdaptiveDraftLength:
       row proposes and the step is a plain one. Without this, acceptance conditional on proposing
       made prompt lookup look worth drafting at batch 8, where every step then verified
       B·(1 + D) tokens for far fewer accepted ones;
+    - step times: the SPS curve (a profile, or a measurement before decoding) is the prior; the
+      target's time of every verified step, by width, is blended in (`target_time`), and the
+      curve rescaled to the speed observed — a shared machine drifts by tens of per cent;
     - exploration: every step that drafts D and verifies it observes positions 1…D. The first
       step, and then periodically, probes past the current choice and verifies all of it: the full
       D where that costs at most `probe_budget` plain steps (prompt lookup at small batches, whose
@@ -286,8 +289,8 @@ class AdaptiveDraftLength:
 
     def target_time(self, batch_size: int, width: int) -> float:
         """Seconds of a target step verifying `width` drafts in each of `batch_size` rows: the SPS
-        curve, scaled to the steps observed, blended with the observed steps of this width
-        (decayed). The curve comes from a profile or a measurement taken before decoding; on a
+        curve mapped onto the steps observed (`a + b·curve`), blended with the observed steps of
+        this width (decayed). The curve comes from a profile or a measurement taken before decoding; on a
         shared machine the target's speed, and the price of a wider step, drift from it."""
         times = self._times.get(batch_size)
         if times is None or width >= len(times):
@@ -298,9 +301,20 @@ class AdaptiveDraftLength:
         curve = self.sps_at(batch_size)
         prior = [1.0 / curve(batch_size * (1 + w)) for w in range(widths)]
         seen = [(n, t, w) for (b, w), (n, t) in self._tt.items() if b == batch_size and w < widths]
-        scale = sum(t for _, t, _ in seen) / sum(n * prior[w] for n, _, w in seen) if seen else 1.0
+        a, b = 0.0, 1.0
+        if seen:
+            # the curve mapped onto the observed steps, t ≈ a + b·curve: one width seen (plain
+            # decoding) rescales it; two or more also correct its slope, the price of width
+            W = sum(n for n, _, _ in seen)
+            mx, my = sum(n * prior[w] for n, _, w in seen) / W, sum(t for _, t, _ in seen) / W
+            vxx = sum(n * prior[w] ** 2 for n, _, w in seen) / W - mx * mx
+            b = my / mx
+            if vxx > 1e-6 * mx * mx:
+                slope = (sum(t * prior[w] for _, t, w in seen) / W - mx * my) / vxx
+                if 0.0 <= slope and my - slope * mx >= 0.0:
+                    a, b = my - slope * mx, slope
         k = self.prior_weight
-        out = [k * p * scale for p in prior]
+        out = [k * (a + b * p) for p in prior]
         count = [k] * widths
         for n, t, w in seen:
             out[w] += t
