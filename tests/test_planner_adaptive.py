@@ -1,5 +1,6 @@
 """The run-time prefix scheduler (DSpark): admit (row, position) pairs by survival, stop at the
 first drop of Θ = τ*·SPS(N)."""
+import json
 import torch
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -326,3 +327,20 @@ def test_engine_adaptive_from_a_hardware_profile_is_lossless():
     assert [o.token_ids for o in out] == [o.token_ids for o in ref]
     (key,) = [k for k in tgt._sps_curves if k[3] == "h100-sxm"]
     assert key[:3] == (2, 6, 4)
+
+
+def test_cli_generate_adaptive_from_a_datasheet(tmp_path, capsys):
+    import torch
+
+    from draftwise.bench._testing import make_tiny_target
+    from draftwise.cli import main
+
+    torch.set_num_threads(1)
+    target = make_tiny_target(tmp_path / "tiny")
+    args = ["generate", "--target", str(target), "--drafter", "ngram", "-D", "3", "--prompt", "abcabcabc",
+            "--max-new-tokens", "8", "--json"]
+    assert main(args) == 0
+    plain = capsys.readouterr().out
+    assert main(args + ["--adaptive", "h100-sxm"]) == 0
+    adaptive = capsys.readouterr().out
+    assert json.loads(plain.splitlines()[0])["token_ids"] == json.loads(adaptive.splitlines()[0])["token_ids"]

@@ -20,9 +20,9 @@ def add_cli(sub) -> None:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
-    p.add_argument("--adaptive", nargs="?", const=True, default=False, metavar="PROFILE.json",
-                   help="run-time adaptive D per row (DSpark prefix scheduler); optionally from a "
-                        "`draftwise profile` file, else the target's speed is measured at start")
+    p.add_argument("--adaptive", nargs="?", const=True, default=False, metavar="PROFILE_OR_NAME",
+                   help="run-time adaptive D per row (DSpark prefix scheduler); its steps/s curve from the "
+                        "planner on a `draftwise profile` file or datasheet name, else measured at start")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--json", action="store_true", help="print one JSON object per prompt instead of text")
     src = p.add_mutually_exclusive_group(required=True)
@@ -44,14 +44,9 @@ def run(args: argparse.Namespace) -> int:
 
     prompts = args.prompt or _read_prompts(args.prompts_file)
     target = draftwise.load_target(args.target, dtype=args.dtype)
-    adaptive = args.adaptive
-    if isinstance(adaptive, str):
-        from .planner.adaptive import AdaptiveDraftLength
-
-        adaptive = AdaptiveDraftLength.from_profile(adaptive, batch_size=len(prompts), context_length=256)
     outs = draftwise.generate(target, prompts, drafter=args.drafter, num_draft_tokens=args.num_draft_tokens,
                               max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                              top_p=args.top_p, seed=args.seed, stop=args.stop, adaptive=adaptive)
+                              top_p=args.top_p, seed=args.seed, stop=args.stop, adaptive=args.adaptive)
     st = outs.stats
     tokens = sum(len(o.token_ids) for o in outs)
     decode_time = max(st.t_total - st.t_prefill, 1e-9)
