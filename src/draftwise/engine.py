@@ -134,8 +134,7 @@ def decode(
         t5 = time.perf_counter()
         if learner is not None and drafter is not None and num_draft_tokens > 0:
             learner.observe(k, num_acc, (t1 - t0) + (t5 - t4) if drafting else 0.0, int(prop.tokens.shape[1]),
-                            offered=caps if drafting else None, target_seconds=(t2 - t1) + (t4 - t3),
-                            other_seconds=stats.steps[-1].t_other if stats.steps else 0.0)
+                            offered=caps if drafting else None, target_seconds=(t2 - t1) + (t4 - t3))
 
         stamp = now()
         acc_l, nxt_l, drafts_l, k_l = num_acc.tolist(), nxt.tolist(), drafts.tolist(), k.tolist()

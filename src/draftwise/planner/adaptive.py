@@ -234,7 +234,6 @@ class AdaptiveDraftLength:
         self._tt: dict[tuple[int, int], list[float]] = {}   # (rows, width) → decayed [count, seconds]
         self._tt_seen = 0
         self._observed = 0
-        self._other = [0.0, 0.0]                            # decayed [count, seconds] of a step's other costs
         self._times: dict[int, list[float]] = {}           # target_time per width, refreshed every 16 steps
         self._best: dict[tuple[int, int, float], int] = {}   # decisions since the statistics last changed
         # the first step probes: nothing is known yet beyond the prior
@@ -335,32 +334,22 @@ class AdaptiveDraftLength:
         if not self.learn or not self._tt:
             return self.sps_at(batch_size)
 
-        other = self.other_time()
-
         def sps(N: float) -> float:
             w = max(float(N) / batch_size - 1.0, 0.0)
             w0 = int(w)
             t = self.target_time(batch_size, w0)
             if w > w0:
                 t += (w - w0) * (self.target_time(batch_size, w0 + 1) - t)
-            return 1.0 / (t + other)
+            return 1.0 / t
         return sps
-
-    def other_time(self) -> float:
-        """Seconds a step costs besides the target and the drafter, the same for every D: without
-        it a wide step looks dearer relative to a plain one than it is (at batch 1 here, 1.99×
-        instead of 1.70×)."""
-        n, t = self._other
-        return t / n if n > 0 else 0.0
 
     def _step_time(self, batch_size: int) -> Callable[[int], float]:
         """Expected seconds of a step that offers every row D drafts: drafting, then verifying
         B·(1 + D) tokens unless no row proposes (probability (1 − r)^B), then B tokens."""
         draft_time = self._draft_cost()
         share = 1.0 - (1.0 - self.proposal_rate()) ** batch_size
-        plain = self.target_time(batch_size, 0) + self.other_time()
-        return lambda D: (share * (self.target_time(batch_size, D) - self.target_time(batch_size, 0)) + plain
-                          + draft_time(D)) if D else plain
+        plain = self.target_time(batch_size, 0)
+        return lambda D: (share * self.target_time(batch_size, D) + (1 - share) * plain + draft_time(D)) if D else plain
 
     def _best_cap(self, batch_size: int, max_draft: int, z: float = 0.0) -> int:
         key = (batch_size, max_draft, z)
@@ -394,14 +383,9 @@ class AdaptiveDraftLength:
             # under optimistic acceptance (upper confidence bounds) the probe's length must beat
             # the choice. Once enough steps rule that out, probes stop costing anything.
             self._since_probe = 0
-            cost = self._probe_cost(batch_size, best, max_draft)
-            D = max_draft if cost <= self.probe_budget else best + 1
+            D = max_draft if self._probe_cost(batch_size, best, max_draft) <= self.probe_budget else best + 1
             if self._best_cap(batch_size, D, self.optimism) > best:
-                # back off only where a probe is dear: one costing under a plain step (prompt
-                # lookup at batch 1) keeps the base period, as its acceptance is slow to pin down
-                cheap = cost <= 1.0
-                self._interval = (self.probe_every if best > 0 or cheap
-                                  else min(2 * self._interval, self.max_probe_interval))
+                self._interval = self.probe_every if best > 0 else min(2 * self._interval, self.max_probe_interval)
                 self._probing = True
                 return D
         return best
@@ -412,21 +396,15 @@ class AdaptiveDraftLength:
         return (step(D) - step(best)) / step(0)
 
     def observe(self, verified: torch.Tensor, accepted: torch.Tensor, draft_seconds: float = 0.0,
-                drafted: int = 0, offered: Optional[torch.Tensor] = None, target_seconds: float = 0.0,
-                other_seconds: float = 0.0) -> None:
+                drafted: int = 0, offered: Optional[torch.Tensor] = None, target_seconds: float = 0.0) -> None:
         """The verdict of the step just verified: per row, verified drafts and accepted drafts;
         `offered`, per row, the drafts the drafter was asked for (the engine's caps);
-        `target_seconds`, the time of the target's verification; `other_seconds`, what a step
-        costs besides target and drafter (acceptance, bookkeeping), whatever D."""
+        `target_seconds`, the time of the target's verification."""
         if not self.learn:
             return
-        if other_seconds > 0:
-            self._other = [0.98 * self._other[0] + 1.0, 0.98 * self._other[1] + other_seconds]
         if target_seconds > 0 and len(verified):
             key = (len(verified), int(verified.max()))
             n, t = self._tt.get(key, (0.0, 0.0))
-            if n >= 2:      # one slow step (a page fault, a neighbour) must not set the price of a width
-                target_seconds = min(target_seconds, 1.5 * t / n)
             self._tt[key] = [0.98 * n + 1.0, 0.98 * t + target_seconds]
             self._tt_seen += 1
             if self._tt_seen % 16 == 0:     # timings move slowly: decide afresh now and then
