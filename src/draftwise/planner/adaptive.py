@@ -298,8 +298,9 @@ class AdaptiveDraftLength:
     def target_time(self, batch_size: int, width: int) -> float:
         """Seconds of a target step verifying `width` drafts in each of `batch_size` rows: the SPS
         curve mapped onto the steps observed (`a + b·curve`), blended with the observed steps of
-        this width (decayed). The curve comes from a profile or a measurement taken before decoding; on a
-        shared machine the target's speed, and the price of a wider step, drift from it."""
+        this width (decayed). The curve comes from a profile or a measurement taken before
+        decoding; on a shared machine the target's speed, and the price of a wider step, drift
+        from it."""
         times = self._times.get(batch_size)
         if times is None or width >= len(times):
             times = self._times[batch_size] = self._target_times(batch_size, max(width + 1, self.MAX_POS + 1))
