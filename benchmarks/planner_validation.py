@@ -179,8 +179,9 @@ def main() -> None:
         P = {(p["drafter"], p["batch_size"], p["num_draft_tokens"]): p for p in pred}
         for d in drafters:
             for B in batch_sizes:
-                base = thr[(ds, BASELINE, 0, B)]
-                meas = {0: base, **{D: thr[(ds, d, D, B)] for D in Ds}}
+                fixed = {0: (ds, BASELINE, 0, B), **{D: (ds, d, D, B) for D in Ds}}   # D → cell key
+                base = thr[fixed[0]]
+                meas = {D: thr[k] for D, k in fixed.items()}
                 prd = {D: P[(d, B, D)]["throughput_tok_s"] for D in [0] + Ds}
                 best_m, best_p = max(meas, key=meas.get), max(prd, key=prd.get)
                 sp_m = {D: meas[D] / base for D in meas}
@@ -204,15 +205,15 @@ def main() -> None:
                     row = {"dataset": ds, "drafter": d, "batch_size": B, "best_fixed_D": best_m,
                            "adaptive_over_best_fixed": round(ad / meas[best_m], 4),
                            "adaptive_speedup": round(ad / base, 4),
-                           "per_pass": [round(p[(ds, d + ADAPTIVE, Ds[-1], B)] / max(
-                               p[(ds, BASELINE, 0, B)], *(p[(ds, d, D, B)] for D in Ds)), 4) for p in passes]}
+                           "per_pass": [round(p[(ds, d + ADAPTIVE, Ds[-1], B)] / max(p[k] for k in fixed.values()), 4)
+                                        for p in passes]}
                     # the best of nine noisy measurements is biased upwards (its noise is picked
                     # with it): choose the best fixed D on one pass, compare on another
                     if len(passes) > 1:
                         row["cross_pass"] = round(statistics.median(
                             q[(ds, d + ADAPTIVE, Ds[-1], B)] / q[key]
                             for p in passes for q in passes if q is not p
-                            for key in [max([(ds, BASELINE, 0, B)] + [(ds, d, D, B) for D in Ds], key=p.get)]), 4)
+                            for key in [max(fixed.values(), key=p.get)]), 4)
                     adaptive_rows.append(row)
 
     n = len(cells)

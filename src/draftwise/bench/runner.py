@@ -431,13 +431,13 @@ def run_bench(cfg: BenchConfig, backend=None, log: Callable[[str], None] = print
                     bar.set_postfix_str(f"{ds} bs={bs} ({len(units)} configurations interleaved)")
                 for unit in units:
                     warm_up(*unit)
-                starts = sorted({b for u in units for b, _ in u[5]})
+                pending = [dict(u[5]) for u in units]     # per configuration: batch start → requests
+                starts = sorted({b for p in pending for b in p})
                 for w, b in enumerate(starts):
-                    turn = units[w % len(units):] + units[:w % len(units)]
-                    for ds_, dr, D, bs_, key, batches in turn:
-                        batch = dict(batches).get(b)
-                        if batch is not None:
-                            run_one(ds_, dr, D, bs_, key, b, batch)
+                    k = w % len(units)
+                    for (ds_, dr, D, bs_, key, _), todo_b in zip(units[k:] + units[:k], pending[k:] + pending[:k]):
+                        if b in todo_b:
+                            run_one(ds_, dr, D, bs_, key, b, todo_b[b])
     finally:
         writer.close()
         if bar is not None:

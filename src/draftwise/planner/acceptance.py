@@ -74,9 +74,7 @@ class Acceptance:
         return total
 
     def verify_share(self, batch_size: int) -> float:
-        """Probability that a step of `batch_size` rows verifies a drafted block at all: the engine
-        pads the block to its widest row, so one row with a proposal makes every row pay for it."""
-        return 1.0 - (1.0 - min(max(self.proposal_rate, 0.0), 1.0)) ** batch_size
+        return verify_share(self.proposal_rate, batch_size)
 
     def for_category(self, category: Optional[str]) -> "Acceptance":
         if not category:
@@ -89,6 +87,13 @@ class Acceptance:
     def to_dict(self) -> dict:
         return {"name": self.name, "conditional": self.conditional, "constant_alpha": self.constant_alpha,
                 "categories": self.categories, "source": self.source, "proposal_rate": self.proposal_rate}
+
+
+def verify_share(proposal_rate: float, batch_size: int) -> float:
+    """Probability that a step of `batch_size` rows verifies a drafted block at all, each row
+    proposing with probability `proposal_rate`: the engine pads the block to its widest row, so
+    one row with a proposal makes every row pay for it."""
+    return 1.0 - (1.0 - min(max(proposal_rate, 0.0), 1.0)) ** batch_size
 
 
 def leviathan_expected_tokens(alpha: float, D: int) -> float:

@@ -25,6 +25,8 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from .acceptance import verify_share
+
 SPSLike = Union[Callable[[float], float], "SPSCurve", Sequence[Sequence[float]], dict]
 
 
@@ -88,7 +90,7 @@ def schedule_prefix(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPS
     Returns a LongTensor [B] (on num_tokens' device) with 0 ≤ ℓ_r ≤ num_tokens[r].
     """
     sps_fn = _as_sps(sps)
-    conf = torch.from_numpy(np.clip(_as_np(confidence), 0.0, 1.0))
+    conf = torch.from_numpy(_unit(_as_np(confidence)))
     if conf.dim() != 2:
         raise ValueError(f"confidence must be [B, D], got {tuple(confidence.shape)}")
     B, D = conf.shape
@@ -239,7 +241,7 @@ class AdaptiveDraftLength:
         # the first step probes: nothing is known yet beyond the prior
         self._since_probe, self._interval, self._probing = self.probe_every - 1, self.probe_every, False
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
-        self._proposed: Optional[np.ndarray] = None   # per row, drafts the drafter made this step
+        self._proposed: Optional[list[int]] = None    # per row, drafts the drafter made this step
 
     # --- learned statistics --------------------------------------------------------------------
     def _bins(self, conf: np.ndarray) -> np.ndarray:
@@ -348,7 +350,7 @@ class AdaptiveDraftLength:
         """Expected seconds of a step that offers every row D drafts: drafting, then verifying
         B·(1 + D) tokens unless no row proposes (probability (1 − r)^B), then B tokens."""
         draft_time = self._draft_cost()
-        share = 1.0 - (1.0 - self.proposal_rate()) ** batch_size
+        share = verify_share(self.proposal_rate(), batch_size)
         plain = self.target_time(batch_size, 0)
         return lambda D: (share * self.target_time(batch_size, D) + (1 - share) * plain + draft_time(D)) if D else plain
 
@@ -403,8 +405,9 @@ class AdaptiveDraftLength:
         `target_seconds`, the time of the target's verification."""
         if not self.learn:
             return
-        if target_seconds > 0 and len(verified):
-            key = (len(verified), int(verified.max()))
+        ver = verified.tolist()
+        if target_seconds > 0 and ver:
+            key = (len(ver), max(ver))
             n, t = self._tt.get(key, (0.0, 0.0))
             self._tt[key] = [0.98 * n + 1.0, 0.98 * t + target_seconds]
             self._tt_seen += 1
@@ -426,8 +429,7 @@ class AdaptiveDraftLength:
             self._best.clear()
         # plain Python: for the few (row, position) pairs of a step it beats a dozen numpy calls
         P, K = self.MAX_POS, self.BINS
-        ver, acc = verified.tolist(), accepted.tolist()
-        made_l = made.tolist() if made is not None else None
+        acc = accepted.tolist()
         off = offered.tolist() if offered is not None and made is not None else None
         pos_n, pos_acc, bin_n, bin_acc = self._pos_n, self._pos_acc, self._bin_n, self._bin_acc
         rows_offered = rows_made = 0
@@ -441,7 +443,7 @@ class AdaptiveDraftLength:
                 bin_n[j, b] += 1.0
                 bin_acc[j, b] += y
             if off is not None and off[r] > 0:
-                m = made_l[r]
+                m = made[r]
                 rows_offered += 1
                 rows_made += m > 0
                 # the first position asked for but not proposed, all before it accepted: a
@@ -496,7 +498,7 @@ class AdaptiveDraftLength:
         num = proposal.num_tokens
         if self.max_tokens is not None:
             num = num.clamp(max=self.max_tokens)
-        self._proposed = _as_np(num).astype(np.int64)
+        self._proposed = num.tolist()
         if proposal.tokens.shape[-1] == 0:
             self._raw = np.zeros((len(self._proposed), 0))
             return torch.zeros_like(num, dtype=torch.long)
