@@ -106,6 +106,8 @@ def main() -> None:
     ap.add_argument("--dataset", action="append", help=f"throughput sets (default: {', '.join(DATASETS)})")
     ap.add_argument("--num-requests", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--min-batches", type=int, default=4,
+                    help="at least this many batches of requests per batch size (64 requests at batch 16)")
     ap.add_argument("--profile-batch-sizes", default="1,4,16")
     ap.add_argument("--profile-draft-tokens", default="0,1,2,3,4,5,6,7,8",
                     help="every D: small-row GEMMs on CPUs are not monotone in rows (see BENCHMARKS.md)")
@@ -151,7 +153,8 @@ def main() -> None:
         sweep = out / ("sweep" if rep == 0 else f"sweep-{rep + 1}")
         run_bench(BenchConfig(target=args.target, out=str(sweep), drafters=drafters, draft_lengths=Ds,
                               batch_sizes=batch_sizes, datasets=datasets, num_requests=args.num_requests,
-                              max_new_tokens=args.max_new_tokens, ignore_eos=True, adaptive=True,
+                              min_batches=args.min_batches, max_new_tokens=args.max_new_tokens,
+                              ignore_eos=True, adaptive=True,
                               interleave=not args.sequential, adaptive_hardware=str(prof),
                               progress=not args.no_progress, plots=False))
         by_cell = defaultdict(list)

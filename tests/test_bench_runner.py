@@ -137,6 +137,24 @@ def test_interleaved_sweep_same_results_side_by_side(tmp_path):
     assert [r["key"] for r in a[:2]] == [a[0]["key"]] * 2                      # sequential: by configuration
 
 
+def test_min_batches_adds_requests_at_large_batch_sizes(tmp_path):
+    """--min-batches 3 with 4 requests: batch 1 keeps its 4 requests (4 batches), batch 2 gets 6
+    (3 batches), batch 4 gets 12; each smaller set is a prefix of the larger ones, and resuming
+    with another --min-batches is refused."""
+    out = tmp_path / "mb"
+    run_bench(_cfg(out, drafters=["ngram"], draft_lengths=[2], batch_sizes=[1, 2, 4], num_requests=4,
+                   min_batches=3, warmup=False, plots=False, interleave=True), backend=FakeBackend())
+    per_bs: dict[int, set] = {}
+    for r in read_results(out):
+        if r["drafter"] == "ngram":
+            per_bs.setdefault(r["batch_size"], set()).add(r["question_id"])
+    assert {bs: len(q) for bs, q in per_bs.items()} == {1: 4, 2: 6, 4: 12}
+    assert per_bs[1] < per_bs[2] < per_bs[4]
+    with pytest.raises(ValueError, match="min_batches"):
+        run_bench(_cfg(out, drafters=["ngram"], draft_lengths=[2], batch_sizes=[1, 2, 4], num_requests=4,
+                       min_batches=2, warmup=False, plots=False), backend=FakeBackend())
+
+
 def test_throughput_set(tmp_path):
     out = tmp_path / "tp"
     be = FakeBackend()

@@ -38,3 +38,21 @@ def test_loop_is_continued_cyclically():
     # "a b a b a b": the latest match of [b, a, b] ends two tokens before the end → period 2
     assert idx.lookup([1, 2, 1, 2, 1, 2], 5) == [1, 2, 1, 2, 1]
     assert lookup(np.asarray([7, 7, 7]), 4, 3, 1) == [7, 7, 7, 7]
+
+
+def test_confidence_is_the_matched_length():
+    """Rows matched on 3, 1 and no tokens: draft j extends a match of m = n + j tokens, confidence
+    m / (m + 2); no match, 0. The run-time scheduler calibrates acceptance per confidence, so it
+    can verify long matches and skip short ones (a fixed D verifies both)."""
+    d = NgramDrafter(max_n=3)
+    seqs = [[1, 2, 3, 4, 5, 1, 2, 3], [9, 1, 8, 7, 1], [4, 5, 6]]
+    ctx = DraftContext(sequences=seqs, params=SamplingParams(), generator=None)
+    d.start(ctx)
+    p = d.propose(ctx, torch.tensor([3, 3, 3]))
+    assert p.num_tokens.tolist() == [3, 3, 0]
+    assert p.tokens[0].tolist() == [4, 5, 1] and p.tokens[1].tolist() == [8, 7, 1]
+    assert p.confidence.shape == (3, 3)
+    expect = [[3 / 5, 4 / 6, 5 / 7], [1 / 3, 2 / 4, 3 / 5], [0.0] * 3]
+    assert torch.allclose(p.confidence, torch.tensor(expect))
+    empty = d.propose(ctx, torch.tensor([0, 0, 0]))
+    assert empty.confidence.shape == (3, 0)

@@ -5,7 +5,8 @@ import torch
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from draftwise.planner.adaptive import AdaptiveDraftLength, SPSCurve, expected_throughput, schedule_prefix
+from draftwise.planner.adaptive import (AdaptiveDraftLength, SPSCurve, expected_throughput, schedule_prefix,
+                                       schedule_width)
 from draftwise.types import Proposal
 
 
@@ -208,21 +209,24 @@ def test_missing_proposals_count_as_rejections_and_weigh_the_step_time():
     """Prompt lookup at batch 8: when a row proposes, all its drafts are accepted, but only 3 rows
     in 8 propose. Acceptance conditional on proposing says "draft everything"; per row offered a
     draft it is 3/8, and with the verify block padded to the widest row every step still pays
-    8 × (1 + D) tokens — here that does not pay, so the scheduler must stop drafting."""
+    8 × (1 + D) tokens — here that does not pay, so the scheduler must stop drafting (a drafter
+    whose tokens cost 1 ms each) or, where drafting is free, verify nothing."""
     sps = lambda N: 1.0 / (0.010 + 0.004 * N)   # noqa: E731  — verification grows with every token
     B, D = 8, 4
-    sched = AdaptiveDraftLength(sps, alpha=0.9, probe_every=1000)
     made = torch.tensor([D, D, D, 0, 0, 0, 0, 0])
     offered = torch.full((B,), D)
-    for _ in range(200):
-        sched.draft_cap(B, D)              # as the engine calls it (the first call probes)
-        sched(Proposal(tokens=torch.zeros(B, D, dtype=torch.long), num_tokens=made,
-                       confidence=torch.full((B, D), 0.9)))
-        sched.observe(made, made, offered=offered)
-    assert sched.proposal_rate() == pytest.approx(3 / 8, abs=0.02)
-    assert sched.position_alpha()[0] == pytest.approx(3 / 8, abs=0.02)    # the missing first draft
-    assert sched.position_alpha()[1] > 0.95                               # rows that proposed kept going
-    assert sched.draft_cap(B, D) == 0
+    prop = Proposal(tokens=torch.zeros(B, D, dtype=torch.long), num_tokens=made, confidence=torch.full((B, D), 0.9))
+    for per_token in (0.001, 0.0):
+        sched = AdaptiveDraftLength(sps, alpha=0.9, probe_every=1000)
+        for _ in range(200):
+            sched.draft_cap(B, D)              # as the engine calls it (the first call probes)
+            sched(prop)
+            sched.observe(made, made, draft_seconds=per_token * D, drafted=D, offered=offered)
+        assert sched.proposal_rate() == pytest.approx(3 / 8, abs=0.02)
+        assert sched.position_alpha()[0] == pytest.approx(3 / 8, abs=0.02)    # the missing first draft
+        assert sched.position_alpha()[1] > 0.95                               # rows that proposed kept going
+        assert sched.draft_cap(B, D) == 0
+        assert sched(prop).tolist() == [0] * B
     # the same statistics without `offered` (as before): acceptance ≈ 1, drafting looks worth it
     blind = AdaptiveDraftLength(sps, alpha=0.9, probe_every=1000)
     for _ in range(200):
@@ -245,12 +249,53 @@ def test_missing_proposals_count_as_rejections_and_weigh_the_step_time():
     assert cut.position_alpha()[:3] == pytest.approx([0.75, 0.75, 0.5])
 
 
+def test_free_drafts_are_all_drafted_where_drafting_pays():
+    """Where drafting pays on average (best D = 2 of 4 here) and drafts cost nothing (prompt
+    lookup), every step drafts all 4 and the per-step scheduler picks what to verify from each row's
+    confidence; a drafter whose tokens cost 1 ms each keeps the average's choice."""
+    sps = lambda N: 1.0 / (0.010 + 0.001 * N)   # noqa: E731
+    free = AdaptiveDraftLength(sps, alpha=0.5, probe_every=1000)
+    free.draft_cap(1, 4)                        # the first step probes
+    assert free._best_cap(1, 4) == 2 and free.draft_cap(1, 4) == 4
+    costly = AdaptiveDraftLength(sps, alpha=0.5, probe_every=1000)
+    costly.draft_cap(1, 4)
+    for D in (1, 2, 3, 4):
+        costly.observe(torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long),
+                       draft_seconds=0.001 * D, drafted=D)
+    assert costly.draft_cap(1, 4) == costly._best_cap(1, 4) < 4
+    # the per-step scheduler verifies a strong row deeply and a weak one not at all
+    conf = torch.tensor([[0.9, 0.9, 0.9, 0.9], [0.05, 0.05, 0.05, 0.05]])
+    for row, width in ((0, 4), (1, 0)):
+        prop = Proposal(tokens=torch.zeros(1, 4, dtype=torch.long), num_tokens=torch.tensor([4]),
+                        confidence=conf[row:row + 1])
+        assert free(prop).tolist() == [width]
+
+
+def test_in_a_static_batch_a_row_ahead_is_worth_little():
+    """Batch 4, one row 5 tokens behind the others (it decides when the batch ends). A strong
+    proposal in a row that is ahead would only end that row sooner, saving φ = B·(t(4) − t(3))/t(4)
+    of a token per token; the same proposal in the row behind is worth verifying."""
+    sps = lambda N: 1.0 / (0.010 + 0.0002 * N)   # noqa: E731
+    sched = AdaptiveDraftLength(sps, probe_every=1000)
+    sched.draft_cap(4, 4, remaining=[10, 5, 5, 5])
+    phi = 4 * 0.0002 / 0.0108
+    weights = sched.row_weights(4)
+    assert weights == pytest.approx([1.0, phi, phi, phi])
+    sched.draft_cap(4, 4, remaining=[7, 7, 7, 7])
+    assert sched.row_weights(4) is None                      # all level: every token alike
+    strong, weak, num = torch.full((4,), 0.9), torch.zeros(4), torch.full((4,), 4)
+    ahead, behind = torch.stack([weak, strong, weak, weak]), torch.stack([strong, weak, weak, weak])
+    assert schedule_width(ahead, num, sps).tolist() == [4] * 4            # every token alike: verify
+    assert schedule_width(ahead, num, sps, weights).tolist() == [0] * 4   # a row ahead gains: not worth it
+    assert schedule_width(behind, num, sps, weights).tolist() == [4] * 4  # the row behind gains: worth it
+
+
 def test_step_times_observed_override_the_curve():
     """The curve (a profile, or a measurement before decoding) says a wider verification is five
     times a plain step; the steps this run observed say it costs 10 % more. What it observed wins,
     and the curve's other widths are rescaled to the observed speed."""
     prior = lambda N: 1.0 / (0.005 * N)    # noqa: E731  — verification ∝ tokens
-    a = AdaptiveDraftLength(prior, alpha=0.5, probe_every=1000)
+    a = AdaptiveDraftLength(prior, alpha=0.5, probe_every=1000, free_draft=0.0)   # the choice of D itself
     assert a.draft_cap(1, 4) == 0                     # by the curve, not even a probe could pay
     for w in [0] * 20 + [4] * 20:
         a.observe(torch.tensor([w]), torch.tensor([w // 2]), target_seconds=0.010 if w == 0 else 0.011)
@@ -283,7 +328,6 @@ def test_engine_adaptive_drafts_less_for_a_useless_expensive_drafter():
 
 
 def test_schedule_width_for_a_padded_verify_block():
-    from draftwise.planner.adaptive import schedule_width
     conf = torch.tensor([[0.9, 0.9, 0.9, 0.9], [0.2, 0.2, 0.2, 0.2]])
     valid = torch.tensor([4, 2])
     # flat cost: every position pays; rows verify min(width, their drafts)

@@ -32,6 +32,9 @@ def add_cli(sub) -> None:
                    help="qualitative | throughput-256 | throughput-1k … throughput-32k | PATH (test.parquet dir, "
                         ".parquet, .jsonl with turns or messages, Spec-Bench question.jsonl); repeatable")
     p.add_argument("--num-requests", type=int, default=None, help="requests per dataset (stratified by category)")
+    p.add_argument("--min-batches", type=int, default=1,
+                   help="with --num-requests: at least this many batches at every batch size (more requests "
+                        "at large batch sizes, so a ratio there is not one batch's noise)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--out", required=True, help="run directory (created; rerunning into it resumes)")
     p.add_argument("--temperature", type=float, default=0.0)
@@ -126,6 +129,7 @@ def run_bench_cli(args) -> int:
 
     cfg = BenchConfig(target=args.target, out=args.out, drafters=args.drafter or [], draft_lengths=args.D or [3],
                       batch_sizes=args.batch_sizes, datasets=datasets, num_requests=args.num_requests,
+                      min_batches=args.min_batches,
                       max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                       top_p=args.top_p, seed=args.seed, dtype=args.dtype, prompt_format=args.prompt_format,
                       per_tier=args.per_tier, warmup=args.warmup, ignore_eos=args.ignore_eos,

@@ -262,19 +262,31 @@ def _plt():
     return plt
 
 
-def _colors(n):
-    plt = _plt()
-    cmap = plt.get_cmap("tab10")
-    return [cmap(i % 10) for i in range(n)]
+MARKERS, HATCHES = "o^sDvP*", ("", "//", "..", "xx", "\\\\", "++", "oo")
 
 
 def _color_of(configs, ds: str, dr: str, D: int):
-    """The same colour for a (drafter, D) in every plot of a dataset; the baseline is grey."""
+    """One colour per drafter in every plot of a dataset (the baseline grey); its D values differ
+    by marker (`_marker_of`) or hatch (`_hatch_of`) — one colour per (drafter, D) ran out of
+    distinguishable colours at seven drafters × two D."""
     if dr == BASELINE:
         return "dimgray"
-    models = [(d_, D_) for (d, d_, D_) in _models(configs) if d == ds]
+    drafters = list(dict.fromkeys(d_ for (d, d_, _) in _models(configs) if d == ds))
     plt = _plt()
-    return plt.get_cmap("tab10")(models.index((dr, D)) % 10)
+    cmap = plt.get_cmap("tab10" if len(drafters) <= 10 else "tab20")
+    return cmap(drafters.index(dr) % cmap.N)
+
+
+def _d_index(configs, ds: str, dr: str, D: int) -> int:
+    return sorted(D_ for (d, d_, D_) in _models(configs) if (d, d_) == (ds, dr)).index(D)
+
+
+def _marker_of(configs, ds: str, dr: str, D: int) -> str:
+    return "s" if dr == BASELINE else MARKERS[_d_index(configs, ds, dr, D) % len(MARKERS)]
+
+
+def _hatch_of(configs, ds: str, dr: str, D: int) -> str:
+    return HATCHES[_d_index(configs, ds, dr, D) % len(HATCHES)]
 
 
 def plot_al_by_category(configs, ds: str, path: Path) -> Optional[Path]:
@@ -298,13 +310,14 @@ def plot_al_by_category(configs, ds: str, path: Path) -> Optional[Path]:
     n = len(series)
     width = 0.8 / n
     fig, ax = plt.subplots(figsize=(min(16, max(8, 0.75 * len(order) + 2 + 0.25 * n * len(order) / 4)), 5.5))
-    cols = [_color_of(configs, ds, dr, D) for dr, D in models]
+    styles = [(_color_of(configs, ds, dr, D), _hatch_of(configs, ds, dr, D)) for dr, D in models]
     top = 1.0
-    for i, ((name, cat_al, per_cat, avg), col) in enumerate(zip(series, cols)):
+    for i, ((name, cat_al, per_cat, avg), (col, hatch)) in enumerate(zip(series, styles)):
         xs = [j - 0.4 + width * (i + 0.5) for j in range(len(order))]
         ys = [cat_al.get(c, float("nan")) for c in order]
         errs = [summary_stats(per_cat[c])["std"] if per_cat.get(c) else 0 for c in order]
-        ax.bar(xs, ys, width=width * 0.95, yerr=errs, capsize=2, color=col, label=f"{name} (avg {avg:.2f})")
+        ax.bar(xs, ys, width=width * 0.95, yerr=errs, capsize=1.5, color=col, hatch=hatch, edgecolor="white",
+               lw=0, error_kw=dict(ecolor="0.35", lw=0.7), label=f"{name} (avg {avg:.2f})")
         top = max([top] + [y + e for y, e in zip(ys, errs) if not math.isnan(y)])
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_ylim(0, top * 1.08)
@@ -369,7 +382,7 @@ def plot_conditional_heatmap(configs, ds: str, path: Path) -> Optional[Path]:
         ax.axis("off")
     fig.suptitle(f"Conditional acceptance by draft position — {ds}\n"
                  f"P(draft k accepted | drafts 1…k-1 accepted); n/a: position never reached", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.7 / fig.get_figheight()))   # the two-line title above the panels
     if im is not None:
         cb = fig.colorbar(im, ax=axes, shrink=0.8, pad=0.02)
         cb.set_label("conditional acceptance rate")
@@ -397,9 +410,10 @@ def plot_speedup(configs, bevens, ds: str, path: Path) -> Optional[Path]:
         all_bs.update(xs)
         be = bevens.get((ds, dr, D), {}).get("system")
         label = f"{model_name(dr, D)}: system" + (f" (break-even bs={be})" if be else " (no break-even in sweep)")
-        ax.plot(xs, ys, "o-", color=col, label=label)
+        mk = _marker_of(configs, ds, dr, D)
+        ax.plot(xs, ys, "-", marker=mk, color=col, label=label)
         if uxs:
-            ax.plot(uxs, uys, "s--", color=col, alpha=0.6, ms=4, label=f"{model_name(dr, D)}: per-user")
+            ax.plot(uxs, uys, "--", marker=mk, color=col, alpha=0.5, ms=4, label=f"{model_name(dr, D)}: per-user")
         if be is not None:
             y = dict(zip(xs, ys)).get(be)
             ax.plot([be], [y], marker="X", ms=13, color=col, mec="black", zorder=5)
@@ -411,8 +425,8 @@ def plot_speedup(configs, bevens, ds: str, path: Path) -> Optional[Path]:
         ax.set_xticklabels([str(t) for t in ticks])
     ax.set_xlabel("batch size (concurrent requests)")
     ax.set_ylabel("speedup over plain decoding (×)")
-    ax.set_title(f"Speedup vs batch size — {ds}\n(solid: system tokens/s, dashed: per-user tokens/s; "
-                 f"X: break-even = first batch size with speedup < 1)")
+    ax.set_title(f"Speedup vs batch size — {ds}\n(colour: drafter, marker: D; solid: system tokens/s, dashed: "
+                 f"per-user tokens/s; X: break-even = first batch size with speedup < 1)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
@@ -442,7 +456,7 @@ def plot_pareto(configs, ds: str, path: Path) -> Optional[Path]:
         sel = sorted([p for p in pts if (p[2], p[3]) == (dr, D)], key=lambda p: p[4])
         label = "plain decoding (baseline)" if dr == BASELINE else model_name(dr, D)
         ax.plot([p[0] for p in sel], [p[1] for p in sel], ":", color=col, label=label, alpha=0.85,
-                marker="s" if dr == BASELINE else "o")
+                marker=_marker_of(configs, ds, dr, D))
         for p in sel:
             ax.annotate(f"bs{p[4]}", (p[0], p[1]), textcoords="offset points", xytext=(4, 4), fontsize=7, color=col)
     fx = [pts[i][0] for i in front]
@@ -481,16 +495,17 @@ def plot_specbench_summary(configs, ds: str, path: Path) -> Optional[Path]:
                 als.append(sum(steps) / len(steps))
                 lens.append(sum(int(o.get("num_tokens") or 0) for o in r["outputs"]))
                 cats.append(r["category"])
-        data.append((model_name(dr, D), _color_of(configs, ds, dr, D), als, lens, cats))
+        data.append((model_name(dr, D), (_color_of(configs, ds, dr, D), _hatch_of(configs, ds, dr, D),
+                                          _marker_of(configs, ds, dr, D)), als, lens, cats))
     order = category_order({c for *_, cats in data for c in cats})
     n = len(data)
     width = 0.8 / n
     ax = axes[0]
-    for i, (name, col, als, lens, cats) in enumerate(data):
+    for i, (name, (col, hatch, _), als, lens, cats) in enumerate(data):
         ys = [np.mean([a for a, c in zip(als, cats) if c == cat]) if cat in cats else np.nan for cat in order]
         es = [np.std([a for a, c in zip(als, cats) if c == cat]) if cat in cats else 0 for cat in order]
-        ax.bar([j - 0.4 + width * (i + 0.5) for j in range(len(order))], ys, width * 0.95, yerr=es, capsize=2,
-               color=col, label=name)
+        ax.bar([j - 0.4 + width * (i + 0.5) for j in range(len(order))], ys, width * 0.95, yerr=es, capsize=1,
+               color=col, hatch=hatch, edgecolor="white", lw=0, error_kw=dict(ecolor="0.35", lw=0.6), label=name)
     ax.set_xticks(range(len(order)))
     ax.set_xticklabels(order, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("acceptance length")
@@ -498,16 +513,18 @@ def plot_specbench_summary(configs, ds: str, path: Path) -> Optional[Path]:
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax = axes[1]
     all_lens = [l for *_, lens, _ in data for l in lens]
-    if all_lens:
+    if all_lens and len(set(all_lens)) == 1:
+        # every response hit the same length (max_new_tokens): there is nothing to bin
+        ax.text(0.5, 0.5, f"every response has {all_lens[0]} tokens\n(length-capped run): no length effect to show",
+                ha="center", va="center", transform=ax.transAxes, fontsize=10, color="0.3")
+    elif all_lens:
         edges = np.unique(np.quantile(all_lens, np.linspace(0, 1, 6)))
-        if len(edges) < 2:
-            edges = np.array([min(all_lens), max(all_lens) + 1])
         centers = (edges[:-1] + edges[1:]) / 2
-        for name, col, als, lens, _ in data:
+        for name, (col, _, mk), als, lens, _ in data:
             idx = np.clip(np.searchsorted(edges, lens, side="right") - 1, 0, len(edges) - 2)
             ys = [np.mean([a for a, k in zip(als, idx) if k == b]) if (idx == b).any() else np.nan
                   for b in range(len(edges) - 1)]
-            ax.plot(centers, ys, "o-", color=col, label=name)
+            ax.plot(centers, ys, "-", marker=mk, color=col, label=name)
     ax.set_xlabel("response length (tokens, all turns)")
     ax.set_ylabel("mean acceptance length")
     ax.set_title("AL by response length (quantile bins)")
@@ -515,8 +532,10 @@ def plot_specbench_summary(configs, ds: str, path: Path) -> Optional[Path]:
     all_als = [a for _, _, als, _, _ in data for a in als]
     if all_als:
         bins = np.linspace(1.0, max(all_als) + 1e-9, 16)
-        for name, col, als, _, _ in data:
-            ax.hist(als, bins=bins, color=col, alpha=0.45, label=name)
+        for name, (col, _, mk), als, _, _ in data:
+            # outlines, not filled bars: a dozen overlapping filled histograms read as one brown block
+            ax.hist(als, bins=bins, color=col, histtype="step", lw=1.4, label=name,
+                    ls="-" if mk == MARKERS[0] else "--")
     ax.set_xlabel("per-request acceptance length")
     ax.set_ylabel("requests")
     ax.set_title("Distribution of per-request AL")

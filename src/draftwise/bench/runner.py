@@ -37,7 +37,7 @@ ADAPTIVE = "+adaptive"   # drafter label suffix: run-time D up to the largest -D
 
 # settings that must match when resuming into an existing run directory
 _GLOBAL_KEYS = ("target", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "dtype",
-                "prompt_format", "num_requests", "per_tier", "ignore_eos")
+                "prompt_format", "num_requests", "per_tier", "ignore_eos", "min_batches")
 
 
 @dataclass
@@ -49,6 +49,7 @@ class BenchConfig:
     batch_sizes: list[int] = field(default_factory=lambda: [1])
     datasets: list[str] = field(default_factory=lambda: ["qualitative"])
     num_requests: Optional[int] = None
+    min_batches: int = 1        # at least this many batches per batch size (more requests at large ones)
     max_new_tokens: int = 128
     temperature: float = 0.0
     top_k: Optional[int] = None
@@ -68,6 +69,15 @@ class BenchConfig:
     def global_settings(self) -> dict[str, Any]:
         d = asdict(self)
         return {k: d[k] for k in _GLOBAL_KEYS}
+
+
+def requests_at(cfg: BenchConfig, batch_size: int) -> Optional[int]:
+    """Requests per dataset at this batch size: `num_requests`, or more where that would make
+    fewer than `min_batches` batches — one batch of 16 is one measurement, whose ±20 % noise no
+    interleaving can average out."""
+    if cfg.num_requests is None:
+        return None
+    return max(cfg.num_requests, cfg.min_batches * batch_size)
 
 
 def config_key(dataset: str, drafter: str, D: int, batch_size: int) -> str:
@@ -210,8 +220,8 @@ def prepare_run_dir(cfg: BenchConfig, models: dict[str, Any], server: Optional[d
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if path.is_file():
         old = json.loads(path.read_text(encoding="utf-8"))
-        diff = {k: (old.get("settings", {}).get(k), v) for k, v in settings.items()
-                if old.get("settings", {}).get(k) != v}
+        before = {"min_batches": 1, **old.get("settings", {})}    # runs from before the setting existed
+        diff = {k: (before.get(k), v) for k, v in settings.items() if before.get(k) != v}
         if diff:
             raise ValueError(f"{out} holds a run with different settings {diff} (old, new); "
                              "use another --out directory, or the same settings to resume")
@@ -357,22 +367,23 @@ def run_bench(cfg: BenchConfig, backend=None, log: Callable[[str], None] = print
     prepare_run_dir(cfg, models)
     done = {(r["key"], r["question_id"]) for r in read_results(cfg.out)}
 
-    datasets = {ds: load_dataset(ds, tokenizer=backend.tokenizer, num_requests=cfg.num_requests,
-                                 per_tier=cfg.per_tier) for ds in cfg.datasets}
+    most = requests_at(cfg, max(cfg.batch_sizes))
+    datasets = {ds: load_dataset(ds, tokenizer=backend.tokenizer, num_requests=most, per_tier=cfg.per_tier)
+                for ds in cfg.datasets}
     max_pos = getattr(backend, "max_positions", None)
     units = sweep_units(cfg)
     todo = []  # (dataset, drafter, D, bs, key, [(batch start, batch requests)])
-    total = 0
+    total = skipped = 0
     for ds, dr, D, bs in units:
         key = config_key(ds, dr, D, bs)
-        reqs = datasets[ds]
+        reqs = datasets[ds][:requests_at(cfg, bs)]
+        skipped += sum(1 for r in reqs if (key, r.question_id) in done)
         # batches are cut from the full list so a resumed run batches exactly like an uninterrupted one
         batches = [(b, reqs[b:b + bs]) for b in range(0, len(reqs), bs)
                    if any((key, r.question_id) not in done for r in reqs[b:b + bs])]
         if batches:
             todo.append((ds, dr, D, bs, key, batches))
             total += sum(1 for _, bt in batches for r in bt if (key, r.question_id) not in done)
-    skipped = sum(len(datasets[u[0]]) for u in units) - total
     if skipped:
         log(f"resuming {cfg.out}: {skipped} finished request results kept, {total} to run")
     if max_pos:

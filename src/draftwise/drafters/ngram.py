@@ -1,7 +1,16 @@
 """Prompt lookup: find the latest earlier occurrence of the last n tokens, propose what followed.
 
 A match that ends p < k tokens before the end implies a period p (the text is repeating itself):
-the continuation is then extended cyclically, so a loop yields k drafts rather than p."""
+the continuation is then extended cyclically, so a loop yields k drafts rather than p.
+
+Each proposal carries a confidence from the matched length: draft j (0-based) of a match of n tokens
+extends a match of m = n + j tokens once the drafts before it are accepted, and m / (m + 2) is the
+prior for it (a rule of succession: the longer the text has repeated, the likelier it goes on).
+Measured on the reference target (greedy, 16 prompts of each set), the first draft of a 3-token
+match is accepted 59–82 % of the time, of a 1-token match 20–39 %, and later drafts more often the
+longer the match — which the rule follows. A fixed D verifies all matches alike; the run-time
+scheduler calibrates acceptance per confidence and verifies what pays. The value depends on the
+context alone, never on the target's verdict, so adaptive decoding stays lossless."""
 from __future__ import annotations
 
 import numpy as np
@@ -49,6 +58,10 @@ class NgramIndex:
         self.upto = 0   # n-grams ending at positions ≤ upto are indexed
 
     def lookup(self, seq: list[int], k: int) -> list[int]:
+        return self.match(seq, k)[0]
+
+    def match(self, seq: list[int], k: int) -> tuple[list[int], int]:
+        """(continuation, n of the matched suffix); ([], 0) without a match."""
         L = len(seq)
         if L - 1 < self.upto:
             raise ValueError("NgramIndex: the sequence got shorter; build a new index for a new sequence")
@@ -58,13 +71,13 @@ class NgramIndex:
                     self.ends[n][tuple(seq[e - n:e])] = e
         self.upto = L - 1
         if k <= 0:
-            return []
+            return [], 0
         for n in reversed(self.sizes):
             if n <= L - 1:
                 e = self.ends[n].get(tuple(seq[L - n:]))
                 if e is not None:
-                    return continuation(seq, e, k)
-        return []
+                    return continuation(seq, e, k), n
+        return [], 0
 
 
 class NgramDrafter(Drafter):
@@ -87,8 +100,12 @@ class NgramDrafter(Drafter):
         if len(self._rows) != len(ctx.sequences):   # called outside the engine's start/select_rows
             self.start(ctx)
         caps = max_tokens.tolist()
-        rows = [idx.lookup(s, k) for idx, s, k in zip(self._rows, ctx.sequences, caps)]
-        return pad_proposals(rows, max_tokens.device)
+        found = [idx.match(s, k) for idx, s, k in zip(self._rows, ctx.sequences, caps)]
+        prop = pad_proposals([f[0] for f in found], max_tokens.device)
+        n = torch.tensor([m for _, m in found], dtype=torch.float32, device=max_tokens.device)
+        m = n[:, None] + torch.arange(prop.tokens.shape[1], device=max_tokens.device)    # [B, D]
+        prop.confidence = torch.where(n[:, None] > 0, m / (m + 2), torch.zeros_like(m))
+        return prop
 
 
 @register("ngram")

@@ -124,14 +124,18 @@ def schedule_prefix(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPS
     return out.to(num_tokens.device)
 
 
-def schedule_width(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPSLike) -> torch.LongTensor:
+def schedule_width(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPSLike,
+                   weights: Optional[Sequence[float]] = None) -> torch.LongTensor:
     """`schedule_prefix` for an engine that pads the verify block to its widest row (draftwise's own:
     B rows × (1 + w) tokens cost the same whatever each row uses): the width w maximising
     Θ(w) = τ*(w)·SPS(B(1 + w)), every row verifying min(w, its drafts) — extra positions inside the
     paid width are free. The whole range is searched, not only up to the first drop: when later
     positions are more likely accepted given the earlier ones (a prompt-lookup match), Θ can dip
     and rise again. The choice reads only confidences, never the target's verdict, so the lossless
-    condition of `schedule_prefix` holds."""
+    condition of `schedule_prefix` holds.
+
+    `weights` (per row, default 1) is what a token of that row is worth: in a static batch only the
+    rows furthest behind decide when the batch ends (see `AdaptiveDraftLength.row_weights`)."""
     sps_fn = _as_sps(sps)
     conf = _unit(_as_np(confidence))
     B, D = conf.shape
@@ -139,8 +143,13 @@ def schedule_width(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPSL
     w = 0
     if B and D:
         surv = np.cumprod(conf, axis=1) * (np.arange(D)[None, :] < valid[:, None])
-        gain = surv.sum(0).tolist()
-        tau = float(B)
+        if weights is None:
+            gain, tau = surv.sum(0).tolist(), float(B)
+        else:
+            wt = np.asarray(weights, np.float64)
+            gain, tau = (surv * wt[:, None]).sum(0).tolist(), float(wt.sum())
+        if tau <= 0:
+            return num_tokens.clamp(min=0, max=0).long()
         best = tau * sps_fn(float(B))
         for j in range(int(valid.max())):
             tau += gain[j]
@@ -179,7 +188,11 @@ class AdaptiveDraftLength:
       and the drafter time measured per drafted token (plus the drafter's per-step cost when the
       engine skips a drafter that drafts nothing, `skips_idle`); `schedule_width` (draftwise's
       padded verify block) or, with padded=False, the per-row `schedule_prefix` then picks how
-      many of them to verify;
+      many of them to verify. Where drafting pays on average and costs under `free_draft` of a
+      plain step (prompt lookup), every step drafts the most: what to verify is then decided per
+      step from each row's confidence (for prompt lookup, from the matched length: first-draft
+      acceptance 20–39 % after a 1-token match, 59–82 % after a 3-token one), not from the
+      average behind argmax_D;
     - proposals the drafter did not make (prompt lookup without a match, or a match shorter than
       offered) count as rejections at the first missing position, and the share of rows that
       propose anything, r, weighs the step time as in the planner: with probability (1 − r)^B no
@@ -187,8 +200,9 @@ class AdaptiveDraftLength:
       made prompt lookup look worth drafting at batch 8, where every step then verified
       B·(1 + D) tokens for far fewer accepted ones;
     - step times: the SPS curve (a profile, or a measurement before decoding) is the prior; the
-      target's time of every verified step, by width, is blended in (`target_time`), and the
-      curve rescaled to the speed observed — a shared machine drifts by tens of per cent;
+      time of every verified step besides drafting, by width, is blended in (`target_time`), and
+      the curve mapped onto the speed observed — a shared machine drifts by tens of per cent, and
+      a step pays for more than the forward the curve times (the acceptance test, bookkeeping);
     - exploration: every step that drafts D and verifies it observes positions 1…D. The first
       step, and then periodically, probes past the current choice and verifies all of it: the full
       D where that costs at most `probe_budget` plain steps (prompt lookup at small batches, whose
@@ -209,7 +223,8 @@ class AdaptiveDraftLength:
     def __init__(self, sps_curve: Optional[SPSLike] = None, alpha: float = 0.7, max_tokens: Optional[int] = None,
                  *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None, learn: bool = True,
                  prior_weight: float = 4.0, probe_every: int = 8, padded: bool = True,
-                 max_probe_interval: int = 64, probe_budget: float = 2.0, optimism: float = 2.0):
+                 max_probe_interval: int = 64, probe_budget: float = 2.0, optimism: float = 2.0,
+                 free_draft: float = 0.1):
         if sps_curve is None and sps_for_batch is None:
             raise ValueError("give sps_curve or sps_for_batch")
         self.sps = _as_sps(sps_curve) if sps_curve is not None else None
@@ -221,6 +236,7 @@ class AdaptiveDraftLength:
         self.max_probe_interval = max(int(max_probe_interval), self.probe_every)
         self.probe_budget = float(probe_budget)
         self.optimism = float(optimism)
+        self.free_draft = float(free_draft)   # drafting under this share of a plain step counts as free
         self.padded = padded     # draftwise pads the verify block: cost follows the widest row
         self.skips_idle = False  # set by the engine: a step drafting nothing costs the drafter nothing
         self.reset_stats()
@@ -230,6 +246,7 @@ class AdaptiveDraftLength:
         # dispatch (~5 µs) added up to a millisecond per step
         P, K = self.MAX_POS, self.BINS
         self._pos_n, self._pos_acc = np.zeros(P), np.zeros(P)
+        self._lag_n, self._lag_acc = np.zeros(P), np.zeros(P)   # the same, rows furthest behind only
         self._bin_n, self._bin_acc = np.zeros((P, K)), np.zeros((P, K))
         self._cost = np.zeros(5)   # decayed Σ1, ΣD, Σt, ΣD², ΣDt of drafter steps
         self._rows = np.zeros(2)   # rows offered a draft, rows that proposed anything
@@ -242,6 +259,7 @@ class AdaptiveDraftLength:
         self._since_probe, self._interval, self._probing = self.probe_every - 1, self.probe_every, False
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
         self._proposed: Optional[list[int]] = None    # per row, drafts the drafter made this step
+        self._remaining: Optional[Sequence[int]] = None   # per row, tokens left (this step's draft_cap)
 
     # --- learned statistics --------------------------------------------------------------------
     def _bins(self, conf: np.ndarray) -> np.ndarray:
@@ -257,12 +275,12 @@ class AdaptiveDraftLength:
         w = self.prior_weight
         return (self._bin_acc[pos, b] + w * conf) / (self._bin_n[pos, b] + w)
 
-    def position_alpha(self, z: float = 0.0) -> list[float]:
+    def position_alpha(self, z: float = 0.0, behind: bool = False) -> list[float]:
         """Observed conditional acceptance per draft position (prior: `alpha`); with z > 0 its
-        upper confidence bound, z standard errors above."""
+        upper confidence bound, z standard errors above; `behind`: of the rows furthest behind."""
         w = self.prior_weight
-        n = self._pos_n + w
-        p = (self._pos_acc + w * self.alpha) / n
+        n = (self._lag_n if behind else self._pos_n) + w
+        p = ((self._lag_acc if behind else self._pos_acc) + w * self.alpha) / n
         if z:
             p = np.minimum(1.0, p + z * np.sqrt(p * (1.0 - p) / n))
         return p.tolist()
@@ -298,7 +316,7 @@ class AdaptiveDraftLength:
         return lambda D: slope * D + fixed if D > 0 else 0.0
 
     def target_time(self, batch_size: int, width: int) -> float:
-        """Seconds of a target step verifying `width` drafts in each of `batch_size` rows: the SPS
+        """Seconds of a step (all but drafting) verifying `width` drafts in each of `batch_size` rows: the SPS
         curve mapped onto the steps observed (`a + b·curve`), blended with the observed steps of
         this width (decayed). The curve comes from a profile or a measurement taken before
         decoding; on a shared machine the target's speed, and the price of a wider step, drift
@@ -359,21 +377,28 @@ class AdaptiveDraftLength:
         if key in self._best:       # nothing observed since: the same answer
             return self._best[key]
         step = self._step_time(batch_size)
-        alpha = self.position_alpha(z)
-        best, best_v, E, surv = 0, 0.0, 1.0, 1.0
+        # a static batch ends with its last row: tokens of the rows furthest behind count whole,
+        # those of rows ahead φ each (`row_weights`); the rows behind are the ones that accept less
+        phi = self._phi(batch_size) if batch_size > 1 else 1.0
+        ahead = (batch_size - 1) * phi
+        alpha, lag = self.position_alpha(z), self.position_alpha(z, behind=True)
+        best, best_v, E, surv, surv_lag = 0, 0.0, 1.0, 1.0, 1.0
         for D in range(max_draft + 1):
             if D:
                 surv *= alpha[min(D, self.MAX_POS) - 1]
-                E += surv
+                surv_lag *= lag[min(D, self.MAX_POS) - 1]
+                E += (surv_lag + ahead * surv) / (1.0 + ahead) if batch_size > 1 else surv
             v = E / step(D)
             if v > best_v * (1 + 1e-9):
                 best, best_v = D, v
         self._best[key] = best
         return best
 
-    def draft_cap(self, batch_size: int, max_draft: int) -> int:
-        """How many tokens to draft this step (before drafting)."""
+    def draft_cap(self, batch_size: int, max_draft: int, remaining: Optional[Sequence[int]] = None) -> int:
+        """How many tokens to draft this step (before drafting); `remaining`, per row, the tokens
+        it may still generate (for `row_weights`)."""
         self._probing = False
+        self._remaining = remaining
         if not self.learn or max_draft <= 0:
             return max_draft
         if self.max_tokens is not None:
@@ -391,7 +416,37 @@ class AdaptiveDraftLength:
                 self._interval = self.probe_every if best > 0 else min(2 * self._interval, self.max_probe_interval)
                 self._probing = True
                 return D
+        if ((best > 0 or batch_size == 1) and best < max_draft
+                and self._draft_cost()(max_draft) < self.free_draft * self.target_time(batch_size, 0)):
+            # drafting costs next to nothing (prompt lookup): draft the most and leave what to
+            # verify to the per-step scheduler, which sees each row's confidence — the average
+            # behind `best` mixes strong proposals with weak ones. With several rows only where
+            # drafting pays on average: in draftwise's static batches a row's extra tokens mostly
+            # end it sooner, and the per-step scheduler's row weights are a rough guess of that
+            return max_draft
         return best
+
+    def row_weights(self, batch_size: int) -> Optional[list[float]]:
+        """What a token of each row is worth this step, for the per-step scheduler. draftwise's
+        batches are static: the batch ends with its last row, so a token gained by a row that is
+        ahead only ends that row sooner, which saves what one row adds to a step,
+        φ = B·(t(B) − t(B − 1))/t(B) of a token's worth; a row furthest behind (most tokens
+        left) is worth a whole one. Without this, at batch 4 prompt lookup verified 3 steps in 4
+        for the rows that repeat themselves — those finished early while the others set the
+        pace — and ran 7 % slower than plain decoding. None (all rows alike) at batch 1 or when
+        all rows are level."""
+        rem = self._remaining
+        if rem is None or batch_size < 2 or len(rem) != batch_size:
+            return None
+        top = max(rem)
+        if min(rem) == top:
+            return None
+        phi = self._phi(batch_size)
+        return [1.0 if r >= top else phi for r in rem]
+
+    def _phi(self, batch_size: int) -> float:
+        full = self.target_time(batch_size, 0)
+        return min(1.0, max(0.0, batch_size * (full - self.target_time(batch_size - 1, 0)) / full))
 
     def _probe_cost(self, batch_size: int, best: int, D: int) -> float:
         """Extra step time of drafting and verifying D tokens instead of `best`, in plain steps."""
@@ -402,7 +457,7 @@ class AdaptiveDraftLength:
                 drafted: int = 0, offered: Optional[torch.Tensor] = None, target_seconds: float = 0.0) -> None:
         """The verdict of the step just verified: per row, verified drafts and accepted drafts;
         `offered`, per row, the drafts the drafter was asked for (the engine's caps);
-        `target_seconds`, the time of the target's verification."""
+        `target_seconds`, the step's time besides drafting (verification and bookkeeping)."""
         if not self.learn:
             return
         ver = verified.tolist()
@@ -432,9 +487,13 @@ class AdaptiveDraftLength:
         acc = accepted.tolist()
         off = offered.tolist() if offered is not None and made is not None else None
         pos_n, pos_acc, bin_n, bin_acc = self._pos_n, self._pos_acc, self._bin_n, self._bin_acc
+        lag_n, lag_acc = self._lag_n, self._lag_acc
+        rem = self._remaining if self._remaining is not None and len(self._remaining) == len(ver) else None
+        top = max(rem) if rem else 0
         rows_offered = rows_made = 0
         for r, conf in enumerate(raw.tolist()):
             a = acc[r]
+            behind = rem is None or rem[r] >= top
             for j in range(min(ver[r], a + 1, P, len(conf))):     # positions reached and verified
                 y = 1.0 if j < a else 0.0
                 b = min(int(conf[j] * K), K - 1)
@@ -442,6 +501,9 @@ class AdaptiveDraftLength:
                 pos_acc[j] += y
                 bin_n[j, b] += 1.0
                 bin_acc[j, b] += y
+                if behind:
+                    lag_n[j] += 1.0
+                    lag_acc[j] += y
             if off is not None and off[r] > 0:
                 m = made[r]
                 rows_offered += 1
@@ -450,6 +512,8 @@ class AdaptiveDraftLength:
                 # rejection as certain as a verified one
                 if m < off[r] and a == m and ver[r] == m and m < P:
                     pos_n[m] += 1.0
+                    if behind:
+                        lag_n[m] += 1.0
         self._rows += (rows_offered, rows_made)
 
     def sps_at(self, batch_size: int) -> Callable[[float], float]:
@@ -508,8 +572,10 @@ class AdaptiveDraftLength:
             # explore: verify everything drafted, or an uncalibrated pessimistic confidence would
             # never be verified and so never corrected (decided before verification: lossless)
             return num.clone()
-        schedule = schedule_width if self.padded else schedule_prefix
-        return schedule(self.calibrated(raw), num, self.learned_sps(int(num.shape[0])))
+        B = int(num.shape[0])
+        if not self.padded:
+            return schedule_prefix(self.calibrated(raw), num, self.learned_sps(B))
+        return schedule_width(self.calibrated(raw), num, self.learned_sps(B), self.row_weights(B))
 
 
 def measure_sps_curve(runner, batch_size: int, context_length: int, max_tokens: int = 16,
