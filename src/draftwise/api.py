@@ -93,17 +93,20 @@ def _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens, draft, max_new_tok
     curves = tgt.__dict__.setdefault("_sps_curves", {})
     if key not in curves:
         if key[3] is None:
-            curves[key] = measure_sps_curve(tgt, key[0], key[1], max_tokens=key[2])
+            curves[key] = {"sps_curve": measure_sps_curve(tgt, key[0], key[1], max_tokens=key[2])}
         else:
+            # one curve per batch size: as rows finish the batch shrinks, and what a row adds to a
+            # step (the price of a row finishing late, `row_weights`) needs the smaller batch's time
             from .planner.cost import CostModel
-            curves[key] = CostModel(tgt.model.config, key[3]).sps_curve(key[0], key[1] + max_new_tokens // 2)
+            cm, L = CostModel(tgt.model.config, key[3]), key[1] + max_new_tokens // 2
+            curves[key] = {"sps_for_batch": lambda b: cm.sps_curve(b, L)}
     per_drafter = tgt.__dict__.setdefault("_schedulers", weakref.WeakKeyDictionary())
     try:
         mine = per_drafter.setdefault(draft, {})
     except TypeError:        # not weak-referenceable: a fresh scheduler each call
         mine = {}
     if key not in mine:
-        mine[key] = AdaptiveDraftLength(curves[key])
+        mine[key] = AdaptiveDraftLength(**curves[key])
     return mine[key]
 
 

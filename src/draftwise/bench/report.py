@@ -517,6 +517,8 @@ def plot_specbench_summary(configs, ds: str, path: Path) -> Optional[Path]:
         # every response hit the same length (max_new_tokens): there is nothing to bin
         ax.text(0.5, 0.5, f"every response has {all_lens[0]} tokens\n(length-capped run): no length effect to show",
                 ha="center", va="center", transform=ax.transAxes, fontsize=10, color="0.3")
+        ax.set_xticks([])
+        ax.set_yticks([])
     elif all_lens:
         edges = np.unique(np.quantile(all_lens, np.linspace(0, 1, 6)))
         centers = (edges[:-1] + edges[1:]) / 2

@@ -316,9 +316,9 @@ class AdaptiveDraftLength:
         return lambda D: slope * D + fixed if D > 0 else 0.0
 
     def target_time(self, batch_size: int, width: int) -> float:
-        """Seconds of a step (all but drafting) verifying `width` drafts in each of `batch_size` rows: the SPS
-        curve mapped onto the steps observed (`a + b·curve`), blended with the observed steps of
-        this width (decayed). The curve comes from a profile or a measurement taken before
+        """Seconds of a step (all but drafting) verifying `width` drafts in each of `batch_size`
+        rows: the SPS curve mapped onto the steps observed (`a + b·curve`), blended with the
+        observed steps of this width (decayed). The curve comes from a profile or a measurement taken before
         decoding; on a shared machine the target's speed, and the price of a wider step, drift
         from it."""
         times = self._times.get(batch_size)
@@ -378,7 +378,10 @@ class AdaptiveDraftLength:
             return self._best[key]
         step = self._step_time(batch_size)
         # a static batch ends with its last row: tokens of the rows furthest behind count whole,
-        # those of rows ahead φ each (`row_weights`); the rows behind are the ones that accept less
+        # those of rows ahead φ each (`row_weights`), and the rows behind are the ones that accept
+        # less. Counting every row alike, prompt lookup at batch 4 verified drafts in 127 of 173
+        # steps, mostly for rows that repeat themselves and finish early anyway, and ran at 0.92×
+        # plain decoding; with the acceptance of the rows behind, 32 steps and 0.96×
         phi = self._phi(batch_size) if batch_size > 1 else 1.0
         ahead = (batch_size - 1) * phi
         alpha, lag = self.position_alpha(z), self.position_alpha(z, behind=True)
@@ -431,10 +434,7 @@ class AdaptiveDraftLength:
         batches are static: the batch ends with its last row, so a token gained by a row that is
         ahead only ends that row sooner, which saves what one row adds to a step,
         φ = B·(t(B) − t(B − 1))/t(B) of a token's worth; a row furthest behind (most tokens
-        left) is worth a whole one. Without this, at batch 4 prompt lookup verified 3 steps in 4
-        for the rows that repeat themselves — those finished early while the others set the
-        pace — and ran 7 % slower than plain decoding. None (all rows alike) at batch 1 or when
-        all rows are level."""
+        left) is worth a whole one. None (all rows alike) at batch 1 or when all rows are level."""
         rem = self._remaining
         if rem is None or batch_size < 2 or len(rem) != batch_size:
             return None
