@@ -147,16 +147,16 @@ def decode(
             if stream:
                 stream(i, taken)
         ctx.hidden, ctx.num_hidden = hidden, num_acc + 1
+        t_drafter = (t1 - t0) + (t5 - t4)
         stats.steps.append(StepRecord(
             emitted=emitted, drafted=k_l, rows=list(active),
-            t_target=(t2 - t1) + (t4 - t3), t_drafter=(t1 - t0) + (t5 - t4), t_other=0.0, t_end=stamp))
+            t_target=(t2 - t1) + (t4 - t3), t_drafter=t_drafter, t_other=0.0, t_end=stamp))
         if learner is not None and drafter is not None and num_draft_tokens > 0:
             # the step's price is everything but drafting: the target forward, the acceptance test
             # and this loop's bookkeeping, which every width pays (forward alone made a 9-token
             # verification look 2.0 plain steps at batch 1 where the whole step cost 1.7)
-            learner.observe(k, num_acc, (t1 - t0) + (t5 - t4) if drafting else 0.0, int(prop.tokens.shape[1]),
-                            offered=caps if drafting else None,
-                            target_seconds=(time.perf_counter() - t0) - (t1 - t0) - (t5 - t4))
+            learner.observe(k, num_acc, t_drafter if drafting else 0.0, int(prop.tokens.shape[1]),
+                            offered=caps if drafting else None, target_seconds=time.perf_counter() - t0 - t_drafter)
         active, ctx = _drop_finished(reqs, active, ctx, target, drafter)
         stats.steps[-1].t_other = (time.perf_counter() - t0) - stats.steps[-1].t_target - stats.steps[-1].t_drafter
 
