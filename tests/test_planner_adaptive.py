@@ -290,6 +290,24 @@ def test_in_a_static_batch_a_row_ahead_is_worth_little():
     assert schedule_width(behind, num, sps, weights).tolist() == [4] * 4  # the row behind gains: worth it
 
 
+def test_the_choice_of_d_follows_the_rows_behind():
+    """Batch 2: the row ahead has every draft accepted, the row behind none. Counting both alike
+    says draft; a static batch ends with the row behind, so the choice is not to draft."""
+    sps = lambda N: 1.0 / (0.010 + 0.0005 * N)   # noqa: E731  — a wide step costs a little more
+    B, D = 2, 4
+    made = torch.full((B,), D)
+    prop = Proposal(tokens=torch.zeros(B, D, dtype=torch.long), num_tokens=made, confidence=torch.full((B, D), 0.5))
+    static, alike = (AdaptiveDraftLength(sps, probe_every=1000, free_draft=0.0) for _ in range(2))
+    for sched, remaining in ((static, [5, 9]), (alike, None)):
+        for _ in range(100):
+            sched.draft_cap(B, D, remaining=remaining)
+            sched(prop)
+            sched.observe(made, torch.tensor([D, 0]), offered=made)
+    assert static.position_alpha(behind=True)[0] < 0.1 and static.position_alpha()[0] == pytest.approx(0.5, abs=0.02)
+    assert alike._best_cap(B, D) > 0
+    assert static._best_cap(B, D) == 0
+
+
 def test_step_times_observed_override_the_curve():
     """The curve (a profile, or a measurement before decoding) says a wider verification is five
     times a plain step; the steps this run observed say it costs 10 % more. What it observed wins,
