@@ -8,37 +8,22 @@ batch), so the machine's drift falls on all of them alike. Prints per configurat
 median target / drafter / other milliseconds of a step (drafter time includes the scheduler's own
 decisions). Run it on a quiet machine: another process on the cores distorts every time.
 """
-import argparse
-import os
 import statistics
 
-os.environ.setdefault("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824")
+from _common import adaptive_parser, adaptive_workload, steady_malloc
+
+steady_malloc()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default="zoo/target")
-    ap.add_argument("--drafter", default="ngram")
-    ap.add_argument("--dataset", default="throughput-256")
-    ap.add_argument("--batch-size", type=int, default=1)
-    ap.add_argument("--requests", type=int, default=16)
+    ap = adaptive_parser(__doc__, requests=16)
     ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("-D", type=int, default=8, help="adaptive D's largest draft")
     ap.add_argument("--fixed", default="4", help="comma-separated fixed D to compare with")
-    ap.add_argument("--adaptive", default="true", help="a profile JSON or datasheet name; 'true' measures at start")
-    ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-
-    import torch
-
     import draftwise as dw
-    from draftwise.bench.datasets import load_dataset
 
-    torch.set_num_threads(args.threads)
-    tgt = dw.load_target(args.target)
-    prompts = [tgt.tokenizer.encode(r.turns[0])
-               for r in load_dataset(args.dataset, tgt.tokenizer, num_requests=args.requests)]
-    adaptive = True if args.adaptive.lower() == "true" else args.adaptive
+    tgt, prompts, adaptive = adaptive_workload(args)
+    prompts = prompts[:args.requests]
     configs = ([("plain", 0, False)] + [(f"D={d}", int(d), False) for d in args.fixed.split(",") if d]
                + [("adaptive", args.D, adaptive)])
     drafters = {name: dw.build_drafter(args.drafter, tgt) if D else None for name, D, _ in configs}

@@ -8,34 +8,17 @@ drafted, per-position acceptance (a missing proposal counted as a rejection), pr
 chosen D, the learned target time per verified width, the expected step time per D and the
 drafter-cost line. Run it on a quiet machine: another process on the cores distorts every time.
 """
-import argparse
-import os
+from _common import adaptive_parser, adaptive_workload, steady_malloc
 
-os.environ.setdefault("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824")
+steady_malloc()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default="zoo/target")
-    ap.add_argument("--drafter", default="ngram")
-    ap.add_argument("--dataset", default="throughput-256")
-    ap.add_argument("--batch-size", type=int, default=1)
-    ap.add_argument("--requests", type=int, default=8)
-    ap.add_argument("-D", type=int, default=8)
-    ap.add_argument("--adaptive", default="true", help="a profile JSON or datasheet name; 'true' measures at start")
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-
-    import torch
-
+    args = adaptive_parser(__doc__, requests=8).parse_args()
     import draftwise as dw
-    from draftwise.bench.datasets import load_dataset
 
-    torch.set_num_threads(args.threads)
-    tgt = dw.load_target(args.target)
-    prompts = [tgt.tokenizer.encode(r.turns[0]) for r in load_dataset(args.dataset, tgt.tokenizer, num_requests=16)]
+    tgt, prompts, adaptive = adaptive_workload(args)
     draft = dw.build_drafter(args.drafter, tgt)
-    adaptive = True if args.adaptive.lower() == "true" else args.adaptive
     B, D = args.batch_size, args.D
     for i in range(0, args.requests, B):
         res = dw.generate(tgt, prompts[i:i + B], drafter=draft, num_draft_tokens=D, max_new_tokens=48,

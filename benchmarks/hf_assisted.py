@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
-if os.environ.get("GLIBC_TUNABLES") != TUNABLES:  # steadier large-tensor timings (see BENCHMARKS.md)
-    os.environ["GLIBC_TUNABLES"] = TUNABLES
-    os.execv(sys.executable, [sys.executable] + sys.argv)
+from _common import steady_malloc
+
+steady_malloc()
 
 import torch  # noqa: E402
 import transformers as T  # noqa: E402

@@ -32,16 +32,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
-if os.environ.get("GLIBC_TUNABLES") != TUNABLES:  # read by glibc at start-up only: re-exec (see BENCHMARKS.md)
-    os.environ["GLIBC_TUNABLES"] = TUNABLES
-    os.execv(sys.executable, [sys.executable] + sys.argv)
+from _common import steady_malloc
+
+steady_malloc()
 
 DATASETS = {"throughput-256": 256, "throughput-1k": 1024}
 

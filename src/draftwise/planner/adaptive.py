@@ -259,7 +259,7 @@ class AdaptiveDraftLength:
         self._since_probe, self._interval, self._probing = self.probe_every - 1, self.probe_every, False
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
         self._proposed: Optional[list[int]] = None    # per row, drafts the drafter made this step
-        self._remaining: Optional[Sequence[int]] = None   # per row, tokens left (this step's draft_cap)
+        self._behind: Optional[list[bool]] = None   # per row, furthest behind (most tokens left) this step
 
     # --- learned statistics --------------------------------------------------------------------
     def _bins(self, conf: np.ndarray) -> np.ndarray:
@@ -401,7 +401,8 @@ class AdaptiveDraftLength:
         """How many tokens to draft this step (before drafting); `remaining`, per row, the tokens
         it may still generate (for `row_weights`)."""
         self._probing = False
-        self._remaining = remaining
+        top = max(remaining, default=0) if remaining is not None else None
+        self._behind = None if top is None else [r >= top for r in remaining]
         if not self.learn or max_draft <= 0:
             return max_draft
         if self.max_tokens is not None:
@@ -435,14 +436,11 @@ class AdaptiveDraftLength:
         ahead only ends that row sooner, which saves what one row adds to a step,
         φ = B·(t(B) − t(B − 1))/t(B) of a token's worth; a row furthest behind (most tokens
         left) is worth a whole one. None (all rows alike) at batch 1 or when all rows are level."""
-        rem = self._remaining
-        if rem is None or batch_size < 2 or len(rem) != batch_size:
-            return None
-        top = max(rem)
-        if min(rem) == top:
+        behind = self._behind
+        if behind is None or batch_size < 2 or len(behind) != batch_size or all(behind):
             return None
         phi = self._phi(batch_size)
-        return [1.0 if r >= top else phi for r in rem]
+        return [1.0 if b else phi for b in behind]
 
     def _phi(self, batch_size: int) -> float:
         full = self.target_time(batch_size, 0)
@@ -488,12 +486,11 @@ class AdaptiveDraftLength:
         off = offered.tolist() if offered is not None and made is not None else None
         pos_n, pos_acc, bin_n, bin_acc = self._pos_n, self._pos_acc, self._bin_n, self._bin_acc
         lag_n, lag_acc = self._lag_n, self._lag_acc
-        rem = self._remaining if self._remaining is not None and len(self._remaining) == len(ver) else None
-        top = max(rem) if rem else 0
+        lagging = self._behind if self._behind is not None and len(self._behind) == len(ver) else None
         rows_offered = rows_made = 0
         for r, conf in enumerate(raw.tolist()):
             a = acc[r]
-            behind = rem is None or rem[r] >= top
+            behind = lagging is None or lagging[r]
             for j in range(min(ver[r], a + 1, P, len(conf))):     # positions reached and verified
                 y = 1.0 if j < a else 0.0
                 b = min(int(conf[j] * K), K - 1)
