@@ -1,25 +1,36 @@
-"""Adaptive D against fixed D and plain decoding, side by side, with each step's time taken apart.
+"""Adaptive D against fixed D and plain decoding, side by side, with confidence intervals.
 
-    python benchmarks/adaptive_ab.py --batch-size 1 --fixed 4,8 --adaptive runs/pv-interleaved/profile.json
+    python benchmarks/adaptive_ab.py --batch-size 1 --fixed 4,5 --rounds 4 \
+        --adaptive runs/pv-interleaved/profile.json --out runs/ab/ngram-256-b1
 
-Each batch of requests is decoded by every configuration in turn (the order rotates from batch to
-batch), so the machine's drift falls on all of them alike. Prints per configuration: decode tokens/s
-(prefill left out) and its ratio to plain decoding, steps, steps that verified drafts, and the
-median target / drafter / other milliseconds of a step (drafter time includes the scheduler's own
-decisions). Run it on a quiet machine: another process on the cores distorts every time.
+A unit is one batch of requests decoded by every configuration in turn (the order rotates from unit
+to unit), so the machine's drift falls on all of them alike; `--rounds` repeats the request set.
+Each unit is appended to `OUT/units.jsonl` as it finishes, and a rerun with the same `--out`
+resumes after the last whole unit (the adaptive scheduler then starts learning afresh).
+
+Two throughputs per configuration, decode tokens over:
+- wall: the decode seconds measured (prefill left out);
+- step-priced: every step priced at the median target seconds of its shape (rows, verified width)
+  over all configurations and units of the run, plus its own drafter and other seconds. This
+  machine's speed drifts by ±10 % from one second to the next; pricing a shape once for all
+  configurations takes that drift out of the comparison and leaves what a configuration decides:
+  which steps it takes and what its drafting and scheduling cost.
+Ratios to plain decoding and adaptive / best fixed come with 95 % bootstrap intervals: the rounds
+of each batch of requests are resampled (the workload is fixed; the machine's speed is what varies).
+Run it on a quiet machine: another process on the cores distorts every time.
 """
+import json
 import statistics
+from pathlib import Path
+
+import numpy as np
 
 from _common import adaptive_parser, adaptive_workload, steady_malloc
 
 steady_malloc()
 
 
-def main() -> None:
-    ap = adaptive_parser(__doc__, requests=16)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--fixed", default="4", help="comma-separated fixed D to compare with")
-    args = ap.parse_args()
+def run(args) -> list[dict]:
     import draftwise as dw
 
     tgt, prompts, adaptive = adaptive_workload(args)
@@ -27,25 +38,104 @@ def main() -> None:
     configs = ([("plain", 0, False)] + [(f"D={d}", int(d), False) for d in args.fixed.split(",") if d]
                + [("adaptive", args.D, adaptive)])
     drafters = {name: dw.build_drafter(args.drafter, tgt) if D else None for name, D, _ in configs}
-    agg = {name: {"tokens": 0, "seconds": 0.0, "steps": []} for name, _, _ in configs}
     B = args.batch_size
-    for k, i in enumerate(range(0, len(prompts), B)):
-        for name, D, ad in configs[k % len(configs):] + configs[:k % len(configs)]:
+    starts = list(range(0, len(prompts), B))
+    setting = {k: getattr(args, k) for k in ("target", "drafter", "dataset", "batch_size", "requests", "D",
+                                             "adaptive", "fixed", "max_new_tokens")}
+    out = Path(args.out) if args.out else None
+    units: list[dict] = []
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        meta = out / "setting.json"
+        if meta.exists() and json.loads(meta.read_text()) != setting:
+            raise SystemExit(f"{out} holds a run with other settings ({meta}); pick another --out")
+        meta.write_text(json.dumps(setting, indent=1))
+        log = out / "units.jsonl"
+        if log.exists():
+            units = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    for u in range(len(units), args.rounds * len(starts)):
+        i = starts[u % len(starts)]
+        unit = {"unit": u, "batch": u % len(starts), "configs": {}}
+        for name, D, ad in configs[u % len(configs):] + configs[:u % len(configs)]:
             res = dw.generate(tgt, prompts[i:i + B], drafter=drafters[name], num_draft_tokens=D,
                               max_new_tokens=args.max_new_tokens, ignore_eos=True, adaptive=ad)
-            a, st = agg[name], res.stats
-            a["tokens"] += sum(len(o.token_ids) for o in res)
-            a["seconds"] += st.t_total - st.t_prefill
-            a["steps"] += [(s.t_target, s.t_drafter, s.t_other, max(s.drafted)) for s in st.steps]
-    plain = agg["plain"]["tokens"] / agg["plain"]["seconds"]
-    print(f"{args.drafter}, {args.dataset}, batch {B}, {len(prompts)} requests × {args.max_new_tokens} tokens")
-    for name, a in agg.items():
-        steps = a["steps"]
-        ms = [round(1e3 * statistics.median(x[k] for x in steps), 2) for k in range(3)]
-        tps = a["tokens"] / a["seconds"]
-        print(f"  {name:9s} {tps:7.1f} tok/s  ×{tps / plain:.3f}  steps {len(steps):4d}  "
-              f"verifying drafts {sum(1 for x in steps if x[3]):4d}  median ms target/drafter/other {ms}",
-              flush=True)
+            st = res.stats
+            unit["configs"][name] = {
+                "tokens": sum(len(o.token_ids) for o in res), "seconds": st.t_total - st.t_prefill,
+                "steps": [[len(s.rows), max(s.drafted), s.t_target, s.t_drafter, s.t_other] for s in st.steps]}
+        units.append(unit)
+        if out is not None:
+            with log.open("a") as f:
+                f.write(json.dumps(unit) + "\n")
+    return units
+
+
+def ci(values: np.ndarray) -> tuple[float, float]:
+    """95 % interval of a statistic from its values on the bootstrap resamples of units."""
+    lo, hi = np.percentile(values, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def summarise(units: list[dict], label: str) -> dict:
+    names = list(units[0]["configs"])
+    # median target seconds per step shape, pooled over every configuration and unit
+    by_shape: dict[tuple[int, int], list[float]] = {}
+    for u in units:
+        for c in u["configs"].values():
+            for rows, width, tt, _, _ in c["steps"]:
+                by_shape.setdefault((rows, width), []).append(tt)
+    price = {k: statistics.median(v) for k, v in by_shape.items()}
+    tok = np.array([[u["configs"][n]["tokens"] for n in names] for u in units], float)
+    wall = np.array([[u["configs"][n]["seconds"] for n in names] for u in units])
+    priced = np.array([[sum(price[(r, w)] + td + to for r, w, _, td, to in u["configs"][n]["steps"]) for n in names]
+                       for u in units])
+    # the request set is fixed, what varies is the machine (and adaptive D's choices): resample the
+    # rounds of each batch of requests, so the interval is about this workload, not another sample
+    rng = np.random.default_rng(0)
+    groups = [[k for k, u in enumerate(units) if u["batch"] == b] for b in sorted({u["batch"] for u in units})]
+    idx = np.concatenate([rng.choice(g, size=(4000, len(g))) for g in groups], axis=1)
+    report = {"label": label, "units": len(units), "configs": {}}
+    fixed = [k for k, n in enumerate(names) if n != "adaptive"]
+    a = names.index("adaptive")
+    for est, sec in (("wall", wall), ("step_priced", priced)):
+        tps = tok.sum(0) / sec.sum(0)                                       # [configs]
+        boot = tok[idx].sum(1) / sec[idx].sum(1)                           # [reps, configs]
+        best = max(fixed, key=lambda k: tps[k])
+        report["best_fixed_" + est] = names[best]
+        for k, n in enumerate(names):
+            r = report["configs"].setdefault(n, {})
+            r[est + "_tokens_per_s"] = round(float(tps[k]), 2)
+            r[est + "_over_plain"] = round(float(tps[k] / tps[0]), 4)
+            r[est + "_over_plain_ci"] = [round(x, 4) for x in ci(boot[:, k] / boot[:, 0])]
+        report["adaptive_over_best_fixed_" + est] = round(float(tps[a] / tps[best]), 4)
+        report["adaptive_over_best_fixed_" + est + "_ci"] = [round(x, 4) for x in ci(boot[:, a] / boot[:, best])]
+    for k, n in enumerate(names):
+        steps = [s for u in units for s in u["configs"][n]["steps"]]
+        report["configs"][n].update(
+            steps=len(steps), verifying=sum(1 for s in steps if s[1]),
+            median_ms=[round(1e3 * statistics.median(s[j] for s in steps), 2) for j in (2, 3, 4)])
+    return report
+
+
+def main() -> None:
+    ap = adaptive_parser(__doc__, requests=16)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--fixed", default="4", help="comma-separated fixed D to compare with")
+    ap.add_argument("--rounds", type=int, default=1, help="times the request set is decoded by every configuration")
+    ap.add_argument("--out", default=None, help="a folder for the units (resumable) and the summary")
+    args = ap.parse_args()
+    label = f"{args.drafter}, {args.dataset}, batch {args.batch_size}"
+    rep = summarise(run(args), label)
+    print(f"{label}: {rep['units']} units of {args.batch_size} × {args.max_new_tokens} tokens")
+    for n, r in rep["configs"].items():
+        print(f"  {n:9s} wall ×{r['wall_over_plain']:.3f} {r['wall_over_plain_ci']}  "
+              f"step-priced ×{r['step_priced_over_plain']:.3f} {r['step_priced_over_plain_ci']}  "
+              f"steps {r['steps']:5d}  verifying {r['verifying']:5d}  median ms target/drafter/other {r['median_ms']}")
+    for est in ("wall", "step_priced"):
+        print(f"  adaptive / best fixed ({rep['best_fixed_' + est]}), {est.replace('_', '-')}: "
+              f"{rep['adaptive_over_best_fixed_' + est]:.3f} {rep['adaptive_over_best_fixed_' + est + '_ci']}")
+    if args.out:
+        (Path(args.out) / "summary.json").write_text(json.dumps(rep, indent=1))
 
 
 if __name__ == "__main__":

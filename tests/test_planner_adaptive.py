@@ -159,7 +159,7 @@ def _drive(sched, steps, confidence, accepted, per_token):
         sched(Proposal(tokens=torch.zeros(4, cap, dtype=torch.long), num_tokens=torch.full((4,), cap),
                        confidence=torch.full((4, cap), confidence)))
         sched.observe(torch.full((4,), cap), torch.full((4,), accepted(cap)), draft_seconds=per_token * cap,
-                      drafted=cap)
+                      drafted=cap, target_seconds=1.0 / sched.sps_at(4)(4 * (1 + cap)))
     return caps
 
 
@@ -177,7 +177,8 @@ def test_draft_cap_from_acceptance_and_drafter_cost():
     probes = [i for i, c in enumerate(caps) if c == 1]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert 2 <= len(probes) and len(drafted) <= 10 and drafted[-1] < 400, caps[:drafted[-1] + 1]
-    assert gaps == sorted(gaps), probes
+    assert gaps[1:] == sorted(gaps[1:]), probes        # the first waits for the exploration budget
+    assert cheap._explored <= cheap.explore * cheap._elapsed + 0.01   # ≤ 2 % of the time, + the first
     # …while with a prior that was never contradicted and no cost seen yet, it keeps probing
     assert cheap.position_alpha(2.0)[0] < 0.6 and cheap.position_alpha(2.0)[5] == 1.0
     # a drafter whose first three drafts are always accepted and the rest never: draft three once
@@ -282,7 +283,8 @@ def test_in_a_static_batch_a_row_ahead_is_worth_little():
     weights = sched.row_weights(4)
     assert weights == pytest.approx([1.0, phi, phi, phi])
     sched.draft_cap(4, 4, remaining=[7, 7, 7, 7])
-    assert sched.row_weights(4) is None                      # all level: every token alike
+    # all level: one of the four will be last, so each is worth 1/4 of a whole token and 3/4 of φ
+    assert sched.row_weights(4) == pytest.approx([0.25 + 0.75 * phi] * 4)
     strong, weak, num = torch.full((4,), 0.9), torch.zeros(4), torch.full((4,), 4)
     ahead, behind = torch.stack([weak, strong, weak, weak]), torch.stack([strong, weak, weak, weak])
     assert schedule_width(ahead, num, sps).tolist() == [4] * 4            # every token alike: verify
@@ -306,6 +308,38 @@ def test_the_choice_of_d_follows_the_rows_behind():
     assert static.position_alpha(behind=True)[0] < 0.1 and static.position_alpha()[0] == pytest.approx(0.5, abs=0.02)
     assert alike._best_cap(B, D) > 0
     assert static._best_cap(B, D) == 0
+
+
+def test_probes_spend_at_most_the_exploration_budget():
+    """A scheduler told to probe every step and to always believe a probe could pay (optimism 50)
+    still spends at most `explore` (2 %) of the decoding time on probes: a full probe here costs
+    1.6 plain steps, so ~12 of them in 1000 steps, not one per step."""
+    sched = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7, probe_every=1, max_probe_interval=1,
+                                optimism=50.0, probe_budget=100.0)
+    caps = _drive(sched, 1000, 0.5, lambda cap: 0, 0.002)
+    probes = sum(1 for c in caps if c == 8)
+    assert 5 <= probes <= 15, probes
+    assert sched._explored <= 0.02 * sched._elapsed + 0.016
+
+
+def test_rows_level_at_the_back_teach_the_pace_of_the_slowest():
+    """Four rows level (a new static batch): each step one of them accepts every draft, the others
+    none. The batch's end moves with the rows that accept least, so the acceptance of the rows
+    behind is ≈ 0 while the average row's is 1/4 — and the choice of D says not to draft."""
+    sps = lambda N: 1.0 / (0.010 + 0.0005 * N)   # noqa: E731
+    B, D = 4, 4
+    made = torch.full((B,), D)
+    prop = Proposal(tokens=torch.zeros(B, D, dtype=torch.long), num_tokens=made, confidence=torch.full((B, D), 0.5))
+    sched = AdaptiveDraftLength(sps, probe_every=1000, free_draft=0.0)
+    for step in range(100):
+        sched.draft_cap(B, D, remaining=[9] * B)
+        sched(prop)
+        acc = torch.zeros(B, dtype=torch.long)
+        acc[step % B] = D
+        sched.observe(made, acc, offered=made)
+    assert sched.position_alpha()[0] == pytest.approx(0.25, abs=0.03)
+    assert sched.position_alpha(behind=True)[0] < 0.05
+    assert sched._best_cap(B, D) == 0
 
 
 def test_step_times_observed_override_the_curve():
@@ -387,8 +421,32 @@ def test_engine_adaptive_from_a_hardware_profile_is_lossless():
     drafter = draftwise.build_drafter("ngram", tgt)
     out = draftwise.generate(tgt, prompts, drafter=drafter, num_draft_tokens=4, max_new_tokens=24, adaptive="h100-sxm")
     assert [o.token_ids for o in out] == [o.token_ids for o in ref]
-    (key,) = [k for k in tgt._sps_curves if k[3] == "h100-sxm"]
-    assert key[:3] == (2, 6, 4)
+    (key,) = [k for k in tgt._sps_curves if k[1] == "h100-sxm"]
+    assert key == (4, "h100-sxm", 3)      # D, curve source, context octave (mean prompt 6.5 → 2³)
+
+
+def test_engine_adaptive_keeps_one_scheduler_across_calls(monkeypatch):
+    """Prompts of another length in the same context octave, or another batch size, reuse the
+    scheduler and what it learned; adaptive=True measures the steps/s curve once per batch size."""
+    import draftwise
+    import draftwise.planner.adaptive as ad
+    from tiny_models import build
+
+    measured = []
+    real = ad.measure_sps_curve
+    monkeypatch.setattr(ad, "measure_sps_curve", lambda tgt, B, L, **kw: measured.append(B) or real(tgt, B, L, **kw))
+    tgt = draftwise.load_target(build("llama", seed=0))
+    drafter = draftwise.build_drafter("ngram", tgt)
+    steps = 0
+    for prompts in ([[1, 2, 3, 1, 2, 3, 1, 2, 3]], [[4, 5, 6, 4, 5, 6, 4, 5, 6, 4, 5]],
+                    [[1, 2, 3, 1, 2, 3, 1, 2, 3], [7, 8, 7, 8, 7, 8, 7, 8, 7, 8]], [[9, 8, 9, 8, 9, 8, 9, 8, 9, 8]]):
+        ref = draftwise.generate(tgt, prompts, max_new_tokens=12)
+        out = draftwise.generate(tgt, prompts, drafter=drafter, num_draft_tokens=4, max_new_tokens=12, adaptive=True)
+        assert [o.token_ids for o in out] == [o.token_ids for o in ref]
+        steps += len(out.stats.steps)
+    assert measured == [1, 2]
+    (scheduler,) = tgt._schedulers[drafter].values()
+    assert scheduler._tt_seen == steps      # it timed every step of the four calls
 
 
 def test_cli_generate_adaptive_from_a_datasheet(tmp_path, capsys):

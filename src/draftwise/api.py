@@ -1,6 +1,7 @@
 """`draftwise.generate`: argument checks with clear errors, then the engine."""
 from __future__ import annotations
 
+import math
 import os
 import weakref
 from typing import Sequence
@@ -83,30 +84,38 @@ def _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens, draft, max_new_tok
 
     if not isinstance(adaptive, (bool, str, os.PathLike)):
         return adaptive
-    # Steps/s as a function of the verified tokens N = Σ(1 + ℓ_r): from the planner's cost model
-    # on a hardware profile or datasheet name (`adaptive="profile.json"`), or measured once per
-    # target, batch size and context before decoding starts (measuring mid-run would clobber the
-    # cache). The scheduler keeps what it learned (acceptance, calibration, drafter cost) for the
-    # next call with the same drafter object and shape.
-    key = (len(ids), int(sum(len(p) for p in ids) / len(ids)), int(num_draft_tokens),
-           None if isinstance(adaptive, bool) else str(adaptive))
+    # One scheduler per drafter object, D, curve source and context octave: what it learned
+    # (acceptance, calibration, step and drafter times) carries over to the next call. Keyed by the
+    # exact mean prompt length and batch size instead, prompts of varied length got a fresh
+    # scheduler (and, with adaptive=True, a fresh measurement of the curve) on almost every call.
+    L = sum(len(p) for p in ids) / len(ids)
+    source = None if isinstance(adaptive, bool) else str(adaptive)
+    key = (int(num_draft_tokens), source, round(math.log2(max(L, 1.0))))
     curves = tgt.__dict__.setdefault("_sps_curves", {})
     if key not in curves:
-        if key[3] is None:
-            curves[key] = {"sps_curve": measure_sps_curve(tgt, key[0], key[1], max_tokens=key[2])}
+        if source is None:
+            curves[key] = {}       # batch size → curve measured on this machine, filled below
         else:
-            # one curve per batch size: as rows finish the batch shrinks, and what a row adds to a
-            # step (the price of a row finishing late, `row_weights`) needs the smaller batch's time
             from .planner.cost import CostModel
-            cm, L = CostModel(tgt.model.config, key[3]), key[1] + max_new_tokens // 2
-            curves[key] = {"sps_for_batch": lambda b: cm.sps_curve(b, L)}
+            cm, ctx = CostModel(tgt.model.config, source), int(L) + max_new_tokens // 2
+            curves[key] = lambda b: cm.sps_curve(b, ctx)
+    found = curves[key]
+    measured = isinstance(found, dict)
+    new_curve = measured and len(ids) not in found
+    if new_curve:
+        # measured before decoding (mid-run it would clobber the cache), once per batch size; a
+        # batch that shrinks as rows finish uses the nearest batch size measured, in tokens N
+        found[len(ids)] = measure_sps_curve(tgt, len(ids), int(L), max_tokens=key[0])
+    for_batch = (lambda b: found[min(found, key=lambda m: abs(math.log(m / b)))]) if measured else found
     per_drafter = tgt.__dict__.setdefault("_schedulers", weakref.WeakKeyDictionary())
     try:
         mine = per_drafter.setdefault(draft, {})
     except TypeError:        # not weak-referenceable: a fresh scheduler each call
         mine = {}
     if key not in mine:
-        mine[key] = AdaptiveDraftLength(**curves[key])
+        mine[key] = AdaptiveDraftLength(sps_for_batch=for_batch)
+    elif new_curve:
+        mine[key].refresh_curves()
     return mine[key]
 
 
@@ -134,7 +143,8 @@ def generate(
     target's processed distribution exactly. Returns one GenerationOutput per prompt, with `.stats`.
 
     adaptive: run-time D per row and step (DSpark's prefix scheduler) from the drafter's confidences
-    and the target's steps/s curve — True measures that curve on this machine once per batch size;
+    and the target's steps/s curve — True measures that curve on this machine once per batch size
+    (and context octave);
     a hardware profile path (`draftwise profile`) or datasheet name takes it from the planner's
     cost model instead; or pass a `draftwise.planner.adaptive.AdaptiveDraftLength`.
     It only reads the drafts, never the target's verdict, so output stays lossless.

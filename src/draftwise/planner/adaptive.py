@@ -139,24 +139,40 @@ def schedule_width(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPSL
     sps_fn = _as_sps(sps)
     conf = _unit(_as_np(confidence))
     B, D = conf.shape
-    valid = np.minimum(np.maximum(num_tokens.detach().cpu().numpy().astype(np.int64), 0), D)
-    w = 0
-    if B and D:
-        surv = np.cumprod(conf, axis=1) * (np.arange(D)[None, :] < valid[:, None])
-        if weights is None:
-            gain, tau = surv.sum(0).tolist(), float(B)
-        else:
-            wt = np.asarray(weights, np.float64)
-            gain, tau = (surv * wt[:, None]).sum(0).tolist(), float(wt.sum())
-        if tau <= 0:
-            return num_tokens.clamp(min=0, max=0).long()
-        best = tau * sps_fn(float(B))
-        for j in range(int(valid.max())):
-            tau += gain[j]
-            theta = tau * sps_fn(float(B * (j + 2)))
-            if theta > best * (1 + 1e-9):
-                best, w = theta, j + 1
-    return num_tokens.clamp(min=0, max=min(w, D)).long()
+    valid = num_tokens.tolist()
+    times = [1.0 / sps_fn(float(B * (1 + w))) for w in range(D + 1)]
+    w = _best_width(conf, valid, times, weights)
+    return num_tokens.clamp(min=0, max=w).long()
+
+
+def _best_width(conf: np.ndarray, valid: list, times: list, weights: Optional[Sequence[float]] = None) -> int:
+    """`schedule_width`'s search, given calibrated confidences [B, D] in [0, 1], the drafts per row
+    and the step seconds per width `times[0 … D]`. Lists and a handful of numpy calls: it runs
+    every step, where the torch and closure calls it replaced cost ~0.2 ms a step."""
+    B, D = conf.shape
+    if not (B and D):
+        return 0
+    valid = [min(max(int(v), 0), D) for v in valid]
+    top = max(valid)
+    if top == 0:
+        return 0
+    surv = np.cumprod(conf[:, :top], axis=1)
+    if min(valid) < top:
+        surv = surv * (np.arange(top)[None, :] < np.asarray(valid)[:, None])
+    if weights is None:
+        gain, tau = surv.sum(0).tolist(), float(B)
+    else:
+        wt = np.asarray(weights, np.float64)
+        gain, tau = (wt @ surv).tolist(), float(wt.sum())
+    if tau <= 0:
+        return 0
+    best, w = tau / times[0], 0
+    for j in range(top):
+        tau += gain[j]
+        theta = tau / times[j + 1]
+        if theta > best * (1 + 1e-9):
+            best, w = theta, j + 1
+    return w
 
 
 def expected_throughput(confidence: torch.Tensor, lengths: torch.Tensor, sps: SPSLike) -> float:
@@ -215,7 +231,10 @@ class AdaptiveDraftLength:
       under acceptance `optimism` standard errors above the observed rates (a position never
       observed: near 1) must exceed the current one. A draft model at batch 1 whose first draft
       is accepted 40 % of the time stops probing after a handful of probes; each one, in a new
-      request, first has to feed the draft the whole prompt.
+      request, first has to feed the draft the whole prompt. After the first, probes together
+      may cost at most `explore` of the decoding time so far (their price over the current
+      choice, from the step-time model): at batch 8 a full-length probe costs 0.7 of a plain step,
+      and where drafting never pays that bound is the whole price of being adaptive.
     """
 
     MAX_POS, BINS = 16, 10
@@ -224,12 +243,13 @@ class AdaptiveDraftLength:
                  *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None, learn: bool = True,
                  prior_weight: float = 4.0, probe_every: int = 8, padded: bool = True,
                  max_probe_interval: int = 64, probe_budget: float = 2.0, optimism: float = 2.0,
-                 free_draft: float = 0.1):
+                 free_draft: float = 0.1, explore: float = 0.02):
         if sps_curve is None and sps_for_batch is None:
             raise ValueError("give sps_curve or sps_for_batch")
         self.sps = _as_sps(sps_curve) if sps_curve is not None else None
         self._for_batch = sps_for_batch
         self._cache: dict[int, Callable[[float], float]] = {}
+        self._prior: dict[tuple[int, int], list[float]] = {}   # (rows, widths) → the curve's step times
         self.alpha = float(alpha)
         self.max_tokens = max_tokens
         self.learn, self.prior_weight, self.probe_every = learn, float(prior_weight), int(probe_every)
@@ -237,6 +257,7 @@ class AdaptiveDraftLength:
         self.probe_budget = float(probe_budget)
         self.optimism = float(optimism)
         self.free_draft = float(free_draft)   # drafting under this share of a plain step counts as free
+        self.explore = float(explore)         # probes may cost at most this share of the time decoded
         self.padded = padded     # draftwise pads the verify block: cost follows the widest row
         self.skips_idle = False  # set by the engine: a step drafting nothing costs the drafter nothing
         self.reset_stats()
@@ -257,9 +278,17 @@ class AdaptiveDraftLength:
         self._best: dict[tuple[int, int, float], int] = {}   # decisions since the statistics last changed
         # the first step probes: nothing is known yet beyond the prior
         self._since_probe, self._interval, self._probing = self.probe_every - 1, self.probe_every, False
+        self._elapsed = self._explored = 0.0   # seconds decoded; seconds probes cost over the choice
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
         self._proposed: Optional[list[int]] = None    # per row, drafts the drafter made this step
         self._behind: Optional[list[bool]] = None   # per row, furthest behind (most tokens left) this step
+
+    def refresh_curves(self) -> None:
+        """Forget the curves looked up per batch size (a new one was measured); keeps what was learned."""
+        self._cache.clear()
+        self._prior.clear()
+        self._times.clear()
+        self._best.clear()
 
     # --- learned statistics --------------------------------------------------------------------
     def _bins(self, conf: np.ndarray) -> np.ndarray:
@@ -327,8 +356,10 @@ class AdaptiveDraftLength:
         return times[width]
 
     def _target_times(self, batch_size: int, widths: int) -> list[float]:
-        curve = self.sps_at(batch_size)
-        prior = [1.0 / curve(batch_size * (1 + w)) for w in range(widths)]
+        prior = self._prior.get((batch_size, widths))
+        if prior is None:    # a cost-model curve takes ~0.4 ms a point: 7 ms a batch size, once
+            curve = self.sps_at(batch_size)
+            prior = self._prior[(batch_size, widths)] = [1.0 / curve(batch_size * (1 + w)) for w in range(widths)]
         seen = [(n, t, w) for (b, w), (n, t) in self._tt.items() if b == batch_size and w < widths]
         a, b = 0.0, 1.0
         if seen:
@@ -414,12 +445,19 @@ class AdaptiveDraftLength:
             # observed) could not recover — but only while the evidence leaves room for it to pay:
             # under optimistic acceptance (upper confidence bounds) the probe's length must beat
             # the choice. Once enough steps rule that out, probes stop costing anything.
-            self._since_probe = 0
-            D = max_draft if self._probe_cost(batch_size, best, max_draft) <= self.probe_budget else best + 1
-            if self._best_cap(batch_size, D, self.optimism) > best:
+            full = self._probe_cost(batch_size, best, max_draft)
+            D = max_draft if full <= self.probe_budget else best + 1
+            price = (full if D == max_draft else self._probe_cost(batch_size, best, D)) * self.target_time(batch_size, 0)
+            if self._explored and self._explored + price > self.explore * self._elapsed:
+                pass            # over the exploration budget: wait (the check repeats each step)
+            elif self._best_cap(batch_size, D, self.optimism) > best:
+                self._since_probe = 0
                 self._interval = self.probe_every if best > 0 else min(2 * self._interval, self.max_probe_interval)
                 self._probing = True
+                self._explored += max(price, 1e-9)
                 return D
+            else:
+                self._since_probe = 0
         if ((best > 0 or batch_size == 1) and best < max_draft
                 and self._draft_cost()(max_draft) < self.free_draft * self.target_time(batch_size, 0)):
             # drafting costs next to nothing (prompt lookup): draft the most and leave what to
@@ -435,12 +473,14 @@ class AdaptiveDraftLength:
         batches are static: the batch ends with its last row, so a token gained by a row that is
         ahead only ends that row sooner, which saves what one row adds to a step,
         φ = B·(t(B) − t(B − 1))/t(B) of a token's worth; a row furthest behind (most tokens
-        left) is worth a whole one. None (all rows alike) at batch 1 or when all rows are level."""
+        left) is worth a whole one, and k rows level at the back each 1/k + (1 − 1/k)·φ: one of them
+        will be last. None (all rows alike) at batch 1."""
         behind = self._behind
-        if behind is None or batch_size < 2 or len(behind) != batch_size or all(behind):
+        if behind is None or batch_size < 2 or len(behind) != batch_size:
             return None
-        phi = self._phi(batch_size)
-        return [1.0 if b else phi for b in behind]
+        phi, k = self._phi(batch_size), sum(behind)
+        last = 1.0 / k + (1.0 - 1.0 / k) * phi
+        return [last if b else phi for b in behind]
 
     def _phi(self, batch_size: int) -> float:
         full = self.target_time(batch_size, 0)
@@ -459,6 +499,7 @@ class AdaptiveDraftLength:
         if not self.learn:
             return
         ver = verified.tolist()
+        self._elapsed += target_seconds + draft_seconds
         if target_seconds > 0 and ver:
             key = (len(ver), max(ver))
             n, t = self._tt.get(key, (0.0, 0.0))
@@ -487,6 +528,14 @@ class AdaptiveDraftLength:
         pos_n, pos_acc, bin_n, bin_acc = self._pos_n, self._pos_acc, self._bin_n, self._bin_acc
         lag_n, lag_acc = self._lag_n, self._lag_acc
         lagging = self._behind if self._behind is not None and len(self._behind) == len(ver) else None
+        if lagging is not None and sum(lagging) > 1:
+            # several rows level at the back: the batch's end moves with the one that accepts least
+            # (as many are behind after the step as accepted least now), so only those rows count.
+            # Counting all of them, rows level at the start of every batch made the pace of the
+            # slowest row look like the average row's, and prompt lookup at batch 4 kept verifying
+            seen = [r for r, b in enumerate(lagging) if b and (ver[r] > 0 or (off is not None and off[r] > 0))]
+            low = min((acc[r] for r in seen), default=0)
+            lagging = [r in seen and acc[r] == low for r in range(len(lagging))]
         rows_offered = rows_made = 0
         for r, conf in enumerate(raw.tolist()):
             a = acc[r]
@@ -569,10 +618,12 @@ class AdaptiveDraftLength:
             # explore: verify everything drafted, or an uncalibrated pessimistic confidence would
             # never be verified and so never corrected (decided before verification: lossless)
             return num.clone()
-        B = int(num.shape[0])
+        B, D = raw.shape
         if not self.padded:
             return schedule_prefix(self.calibrated(raw), num, self.learned_sps(B))
-        return schedule_width(self.calibrated(raw), num, self.learned_sps(B), self.row_weights(B))
+        self.target_time(B, D)              # step times for widths 0 … D, learned and cached
+        w = _best_width(self.calibrated(raw), self._proposed, self._times[B], self.row_weights(B))
+        return torch.tensor([min(w, m) for m in self._proposed], dtype=torch.long, device=num.device)
 
 
 def measure_sps_curve(runner, batch_size: int, context_length: int, max_tokens: int = 16,
