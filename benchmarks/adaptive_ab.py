@@ -16,7 +16,9 @@ Two throughputs per configuration, decode tokens over:
   configurations takes that drift out of the comparison and leaves what a configuration decides:
   which steps it takes and what its drafting and scheduling cost.
 Ratios to plain decoding and adaptive / best fixed come with 95 % bootstrap intervals: the rounds
-of each batch of requests are resampled (the workload is fixed; the machine's speed is what varies).
+of each batch of requests are resampled (the workload is fixed; the machine's speed is what varies),
+so they need `--rounds` ≥ 2. With more than two rounds the summary is printed twice: over all
+rounds, and after the first (adaptive D's one-off learning left out, as a server amortises it).
 Run it on a quiet machine: another process on the cores distorts every time.
 """
 import json
@@ -76,7 +78,11 @@ def ci(values: np.ndarray) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def summarise(units: list[dict], label: str) -> dict:
+def summarise(units: list[dict], label: str, skip_rounds: int = 0) -> dict:
+    """Ratios with their intervals; `skip_rounds` leaves out the first rounds (adaptive D's one-off
+    learning: pricing the drafter, its first probes), as a long-running server would amortise them."""
+    per_round = 1 + max(u["batch"] for u in units)
+    units = [u for u in units if u["unit"] >= skip_rounds * per_round]
     names = list(units[0]["configs"])
     # median target seconds per step shape, pooled over every configuration and unit
     by_shape: dict[tuple[int, int], list[float]] = {}
@@ -125,17 +131,21 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="a folder for the units (resumable) and the summary")
     args = ap.parse_args()
     label = f"{args.drafter}, {args.dataset}, batch {args.batch_size}"
-    rep = summarise(run(args), label)
-    print(f"{label}: {rep['units']} units of {args.batch_size} × {args.max_new_tokens} tokens")
-    for n, r in rep["configs"].items():
-        print(f"  {n:9s} wall ×{r['wall_over_plain']:.3f} {r['wall_over_plain_ci']}  "
-              f"step-priced ×{r['step_priced_over_plain']:.3f} {r['step_priced_over_plain_ci']}  "
-              f"steps {r['steps']:5d}  verifying {r['verifying']:5d}  median ms target/drafter/other {r['median_ms']}")
-    for est in ("wall", "step_priced"):
-        print(f"  adaptive / best fixed ({rep['best_fixed_' + est]}), {est.replace('_', '-')}: "
-              f"{rep['adaptive_over_best_fixed_' + est]:.3f} {rep['adaptive_over_best_fixed_' + est + '_ci']}")
+    units = run(args)
+    reps = {"all": summarise(units, label)}
+    if args.rounds > 2:
+        reps["after_round_1"] = summarise(units, label, skip_rounds=1)
+    for which, rep in reps.items():
+        print(f"{label}: {rep['units']} units of {args.batch_size} × {args.max_new_tokens} tokens ({which.replace('_', ' ')})")
+        for n, r in rep["configs"].items():
+            print(f"  {n:9s} wall ×{r['wall_over_plain']:.3f} {r['wall_over_plain_ci']}  "
+                  f"step-priced ×{r['step_priced_over_plain']:.3f} {r['step_priced_over_plain_ci']}  "
+                  f"steps {r['steps']:5d}  verifying {r['verifying']:5d}  median ms target/drafter/other {r['median_ms']}")
+        for est in ("wall", "step_priced"):
+            print(f"  adaptive / best fixed ({rep['best_fixed_' + est]}), {est.replace('_', '-')}: "
+                  f"{rep['adaptive_over_best_fixed_' + est]:.3f} {rep['adaptive_over_best_fixed_' + est + '_ci']}")
     if args.out:
-        (Path(args.out) / "summary.json").write_text(json.dumps(rep, indent=1))
+        (Path(args.out) / "summary.json").write_text(json.dumps(reps, indent=1))
 
 
 if __name__ == "__main__":

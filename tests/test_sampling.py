@@ -139,6 +139,7 @@ def test_speculative_sampling_with_adaptive_draft_length(kind, padded):
     scale = (8 if kind == "stochastic" else 32) * N_DRAWS
     sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + N / scale), probe_every=10**9,
                                 padded=padded)
+    sched.observe(torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long), drafted=1)  # drafter priced
     counts, out = empirical_joint(model, drafter, params, D=3, seed=2, adaptive=sched)
     x2, df = chi_square(counts, exact_joint(model, params), N_DRAWS)
     assert x2 < threshold(df), f"X²={x2:.0f} with df={df}"
@@ -159,6 +160,8 @@ def test_scheduler_reading_the_sampled_token_is_caught(monkeypatch):
     drafter = DraftModelDrafter(noisy_copy(model, 0.5), VOCAB)
     sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + N / (8 * N_DRAWS)), probe_every=10**9,
                                 padded=False)
+    # the drafter priced already: else the first step drafts and verifies one token to learn it
+    sched.observe(torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long), drafted=1)
     counts, _ = empirical_joint(model, drafter, SamplingParams(1.0), D=3, seed=2, adaptive=sched)
     x2, df = chi_square(counts, exact_joint(model, SamplingParams(1.0)), N_DRAWS)
     assert x2 > threshold(df), f"a value-dependent scheduler went unnoticed: X²={x2:.0f}, df={df}"

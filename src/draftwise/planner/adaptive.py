@@ -220,7 +220,8 @@ class AdaptiveDraftLength:
       the curve mapped onto the speed observed — a shared machine drifts by tens of per cent, and
       a step pays for more than the forward the curve times (the acceptance test, bookkeeping);
     - exploration: every step that drafts D and verifies it observes positions 1…D. The first
-      step, and then periodically, probes past the current choice and verifies all of it: the full
+      step drafts and verifies one token, which prices the drafter; then, periodically, the
+      scheduler probes past the current choice and verifies all of it: the full
       D where that costs at most `probe_budget` plain steps (prompt lookup at small batches, whose
       acceptance rises along the draft, so one position deeper would not pay while four would),
       else one position deeper (a draft model; at batch 16 its full-length probe costs about six
@@ -231,8 +232,8 @@ class AdaptiveDraftLength:
       under acceptance `optimism` standard errors above the observed rates (a position never
       observed: near 1) must exceed the current one. A draft model at batch 1 whose first draft
       is accepted 40 % of the time stops probing after a handful of probes; each one, in a new
-      request, first has to feed the draft the whole prompt. After the first, probes together
-      may cost at most `explore` of the decoding time so far (their price over the current
+      request, first has to feed the draft the whole prompt. Probes together may cost at most
+      `explore` of the decoding time so far (their price over the current
       choice, from the step-time model): at batch 8 a full-length probe costs 0.7 of a plain step,
       and where drafting never pays that bound is the whole price of being adaptive.
     """
@@ -279,6 +280,7 @@ class AdaptiveDraftLength:
         # the first step probes: nothing is known yet beyond the prior
         self._since_probe, self._interval, self._probing = self.probe_every - 1, self.probe_every, False
         self._elapsed = self._explored = 0.0   # seconds decoded; seconds probes cost over the choice
+        self._priced = False                   # a drafting step observed: the drafter's price is known
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
         self._proposed: Optional[list[int]] = None    # per row, drafts the drafter made this step
         self._behind: Optional[list[bool]] = None   # per row, furthest behind (most tokens left) this step
@@ -438,6 +440,12 @@ class AdaptiveDraftLength:
             return max_draft
         if self.max_tokens is not None:
             max_draft = min(max_draft, self.max_tokens)
+        if not self._priced:
+            # the drafter's price is unknown: draft and verify one token to learn it. A full-length
+            # first probe with a draft model at batch 8 (its catch-up on the prompt, 8 sequential
+            # forwards, 72 tokens verified) cost 6 % of four batches of 48 tokens
+            self._probing = True
+            return 1
         best = self._best_cap(batch_size, max_draft)
         self._since_probe += 1
         if self._since_probe >= self._interval and best < max_draft:
@@ -448,7 +456,7 @@ class AdaptiveDraftLength:
             full = self._probe_cost(batch_size, best, max_draft)
             D = max_draft if full <= self.probe_budget else best + 1
             price = (full if D == max_draft else self._probe_cost(batch_size, best, D)) * self.target_time(batch_size, 0)
-            if self._explored and self._explored + price > self.explore * self._elapsed:
+            if self._explored + price > self.explore * self._elapsed:
                 pass            # over the exploration budget: wait (the check repeats each step)
             elif self._best_cap(batch_size, D, self.optimism) > best:
                 self._since_probe = 0
@@ -508,6 +516,7 @@ class AdaptiveDraftLength:
             if self._tt_seen % 16 == 0:     # timings move slowly: decide afresh now and then
                 self._best.clear()
                 self._times.clear()
+        self._priced = self._priced or drafted > 0 or draft_seconds > 0
         if draft_seconds > 0:
             D = float(drafted)
             self._cost *= 0.98

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Adaptive D against the best fixed D of each cell of the planner validation (BENCHMARKS §5.0),
+# side by side with rounds: two drafters × two throughput sets × batch 1–16. Each cell is one
+# resumable `adaptive_ab.py` run (a fresh process: adaptive D starts learning from nothing).
+# The fixed D compared are the two best of that cell in the validation sweep (the one best where
+# plain decoding won by a margin). Usage: bash benchmarks/adaptive_grid.sh [OUT] [PROFILE]
+set -euo pipefail
+OUT=${1:-runs/adaptive-grid}
+PROFILE=${2:-runs/pv-interleaved/profile.json}
+PY=${PYTHON:-python}
+cell() {  # drafter dataset batch requests rounds fixed
+    local name; name="$(echo "$1" | cut -d: -f1)-$2-b$3"
+    "$PY" benchmarks/adaptive_ab.py --drafter "$1" --dataset "$2" --batch-size "$3" --requests "$4" \
+        --rounds "$5" --fixed "$6" --adaptive "$PROFILE" --out "$OUT/$name" 2>&1 | grep -v "^Loading" \
+        | tee "$OUT/$name.txt"
+}
+mkdir -p "$OUT"
+for ds in throughput-256 throughput-1k; do
+    if [ "$ds" = throughput-256 ]; then f1=4,5; f2=3,5; else f1=4,7; f2=7,4; fi
+    cell ngram "$ds" 1 16 4 "$f1"
+    cell ngram "$ds" 2 16 6 "$f2"
+    cell ngram "$ds" 4 16 6 1,3
+    cell ngram "$ds" 8 32 5 1
+    cell ngram "$ds" 16 64 4 1
+    for b in 1 2 4 8 16; do
+        n=$(( b * 4 > 16 ? b * 4 : 16 ))
+        cell draft-model:zoo/draft "$ds" "$b" "$n" $(( b == 1 ? 3 : 4 )) 1
+    done
+done
