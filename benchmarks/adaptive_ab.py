@@ -83,7 +83,7 @@ def summarise(units: list[dict], label: str, skip_rounds: int = 0) -> dict:
     learning: pricing the drafter, its first probes), as a long-running server would amortise them."""
     per_round = 1 + max(u["batch"] for u in units)
     units = [u for u in units if u["unit"] >= skip_rounds * per_round]
-    names = list(units[0]["configs"])
+    names = sorted(units[0]["configs"], key=lambda n: n != "plain")   # plain first (units rotate the order)
     # median target seconds per step shape, pooled over every configuration and unit
     by_shape: dict[tuple[int, int], list[float]] = {}
     for u in units:
@@ -123,13 +123,38 @@ def summarise(units: list[dict], label: str, skip_rounds: int = 0) -> dict:
     return report
 
 
+def table(root: Path) -> str:
+    """One markdown row per cell folder under `root` (as `adaptive_grid.sh` writes them)."""
+    rows = ["| drafter | set | batch | best fixed | adaptive / best fixed, step-priced | wall | "
+            "step-priced after round 1 | steps verifying drafts |", "|---|---|---|---|---|---|---|---|"]
+    cells = [d for d in root.iterdir() if (d / "units.jsonl").exists()]
+    order = lambda d: (lambda s: (s["drafter"], s["dataset"], s["batch_size"]))(json.loads((d / "setting.json").read_text()))
+    for d in sorted(cells, key=order):
+        st = json.loads((d / "setting.json").read_text())
+        units = [json.loads(line) for line in (d / "units.jsonl").read_text().splitlines() if line.strip()]
+        rep = summarise(units, d.name)
+        rounds = 1 + max(u["unit"] for u in units) // (1 + max(u["batch"] for u in units))
+        warm = summarise(units, d.name, skip_rounds=1) if rounds > 2 else None
+        a = rep["configs"]["adaptive"]
+        f = lambda r, e: f"{r['adaptive_over_best_fixed_' + e]:.3f} [{r['adaptive_over_best_fixed_' + e + '_ci'][0]:.3f}, {r['adaptive_over_best_fixed_' + e + '_ci'][1]:.3f}]"  # noqa: E731
+        rows.append(f"| {st['drafter'].split(':')[0]} | {st['dataset'].split('-')[-1]} | {st['batch_size']} | "
+                    f"{rep['best_fixed_step_priced']} | {f(rep, 'step_priced')} | {f(rep, 'wall')} | "
+                    f"{f(warm, 'step_priced') if warm else '–'} | {a['verifying']} / {a['steps']} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = adaptive_parser(__doc__, requests=16)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--fixed", default="4", help="comma-separated fixed D to compare with")
     ap.add_argument("--rounds", type=int, default=1, help="times the request set is decoded by every configuration")
     ap.add_argument("--out", default=None, help="a folder for the units (resumable) and the summary")
+    ap.add_argument("--table", default=None, metavar="DIR",
+                    help="print a markdown table of the runs in DIR's subfolders (nothing is decoded)")
     args = ap.parse_args()
+    if args.table:
+        print(table(Path(args.table)))
+        return
     label = f"{args.drafter}, {args.dataset}, batch {args.batch_size}"
     units = run(args)
     reps = {"all": summarise(units, label)}

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Adaptive D against the best fixed D of each cell of the planner validation (BENCHMARKS §5.0),
+# Adaptive D against the best fixed D of each cell of the planner validation (BENCHMARKS §5.1),
 # side by side with rounds: two drafters × two throughput sets × batch 1–16. Each cell is one
 # resumable `adaptive_ab.py` run (a fresh process: adaptive D starts learning from nothing).
 # The fixed D compared are the two best of that cell in the validation sweep (the one best where
-# plain decoding won by a margin). Usage: bash benchmarks/adaptive_grid.sh [OUT] [PROFILE]
+# plain decoding won by a margin). Ends with a markdown table of every cell (OUT/table.md).
+# Usage: bash benchmarks/adaptive_grid.sh [OUT] [PROFILE]
 set -euo pipefail
 OUT=${1:-runs/adaptive-grid}
 PROFILE=${2:-runs/pv-interleaved/profile.json}
@@ -27,3 +28,4 @@ for ds in throughput-256 throughput-1k; do
         cell draft-model:zoo/draft "$ds" "$b" "$n" $(( b == 1 ? 3 : 4 )) 1
     done
 done
+"$PY" benchmarks/adaptive_ab.py --table "$OUT" | tee "$OUT/table.md"

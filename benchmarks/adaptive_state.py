@@ -1,4 +1,4 @@
-"""What the run-time scheduler believes, request by request (BENCHMARKS §5.0, "why, taken apart").
+"""What the run-time scheduler believes, request by request (BENCHMARKS §5.1, "why, taken apart").
 
     python benchmarks/adaptive_state.py --batch-size 1 --dataset throughput-256 --drafter ngram \
         --adaptive runs/pv-interleaved/profile.json

@@ -17,7 +17,9 @@
 4. `draftwise.planner.predict(...)` for every cell (drafter, batch, D, context);
 5. comparison: best D (argmax of throughput, D = 0 included) predicted vs measured, predicted vs
    measured speedup over plain decoding, adaptive D vs the best fixed D; a plot and
-   OUT/summary.json + OUT/summary.md.
+   OUT/summary.json + OUT/summary.md. The planner models draftwise's static batches (a batch ends
+   with its slowest row, from per-request acceptance); `--batching continuous` writes
+   OUT/summary_continuous.* with the continuous-batching model a vLLM-style server would follow.
 
 Adaptive D reads the same profile (through the planner's cost model) for its steps/s curve.
 The sweep interleaves its configurations (`draftwise bench --interleave`): per dataset and batch
@@ -111,6 +113,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--tolerance", type=float, default=0.15, help="speedup error counted as a hit")
     ap.add_argument("--repeats", type=int, default=1, help="passes over the whole sweep (median per cell)")
+    ap.add_argument("--batching", choices=["static", "continuous"], default="static",
+                    help="the planner's batching model: draftwise's engine runs static batches (a batch ends "
+                         "with its slowest row); 'continuous' predicts what a vLLM-style server would bank")
     ap.add_argument("--out", default="runs/planner-validation")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--sequential", action="store_true",
@@ -171,11 +176,12 @@ def main() -> None:
         # (and the share of steps with any proposal: without one a step costs a plain step)
         runs = {d: groups[(ds, d, Ds[-1], batch_sizes[0])] for d in drafters}
         acc = {d: Acceptance(conditional_acceptance(runs[d], Ds[-1], args.max_new_tokens), name=d,
-                             extrapolate="zero", proposal_rate=proposal_rate(runs[d], Ds[-1], args.max_new_tokens))
+                             extrapolate="zero", proposal_rate=proposal_rate(runs[d], Ds[-1], args.max_new_tokens),
+                             per_request=[conditional_acceptance([r], Ds[-1], args.max_new_tokens) for r in runs[d]])
                for d in drafters}
         # 4. the planner's prediction for every cell
         pred = predict(args.target, str(prof), acceptance=acc, draft_model=draft_cfg, batch_sizes=batch_sizes,
-                       draft_tokens=[0] + Ds, context_lengths=[L])
+                       draft_tokens=[0] + Ds, context_lengths=[L], batching=args.batching)
         P = {(p["drafter"], p["batch_size"], p["num_draft_tokens"]): p for p in pred}
         for d in drafters:
             for B in batch_sizes:
@@ -233,13 +239,15 @@ def main() -> None:
         "adaptive_cross_pass_min": min((a["cross_pass"] for a in adaptive_rows if "cross_pass" in a), default=None),
         "adaptive_cross_pass_median": statistics.median(a["cross_pass"] for a in adaptive_rows if "cross_pass" in a)
         if len(passes) > 1 else None,
-        "tolerance": args.tolerance, "cell_results": cells, "adaptive": adaptive_rows,
+        "tolerance": args.tolerance, "batching": args.batching, "cell_results": cells, "adaptive": adaptive_rows,
         "command": "python benchmarks/planner_validation.py " + " ".join(
-            f"--drafter {d}" for d in drafters) + f" --target {args.target} --repeats {args.repeats} --out {args.out}",
+            f"--drafter {d}" for d in drafters) + f" --target {args.target} --repeats {args.repeats} --out {args.out}"
+        + (f" --batching {args.batching}" if args.batching != "static" else ""),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    (out / "summary.md").write_text(render_markdown(summary, batch_sizes))
-    plot(cells, out / "predicted_vs_measured.png")
+    tag = "" if args.batching == "static" else f"_{args.batching}"
+    (out / f"summary{tag}.json").write_text(json.dumps(summary, indent=1))
+    (out / f"summary{tag}.md").write_text(render_markdown(summary, batch_sizes))
+    plot(cells, out / f"predicted_vs_measured{tag}.png")
     print(render_markdown(summary, batch_sizes))
 
 

@@ -174,3 +174,28 @@ def test_steps_without_a_proposal_cost_a_plain_step():
     assert half.verify_share(1) == 0.5 and half.to_dict()["proposal_rate"] == 0.5
     assert plan("llama-3.1-8b", "h100-sxm", acceptance={"ngram": {"conditional": [0.8] * 4, "proposal_rate": 0.5}},
                 batch_sizes=[1], context_lengths=[512])["schedule"][0]["batch_size"] == 1
+
+
+def test_static_batches_run_at_the_pace_of_the_slowest_request():
+    """Two kinds of request: one whose drafts are always accepted (τ = D + 1), one whose drafts never
+    are (τ = 1). At batch 1 a static batch yields the harmonic mean of τ (each request has the same
+    number of tokens); at batch 16 almost every batch holds a slow request, so ≈ 1 token per step;
+    with one kind only, static and continuous agree."""
+    from draftwise.planner import predict
+
+    D = 4
+    mixed = Acceptance([0.5] * D, name="ngram", per_request=[[1.0] * D, [0.0] * D])
+    assert mixed.expected_tokens_static(D, 1) == pytest.approx(1 / ((1 / 5 + 1 / 1) / 2))
+    assert mixed.expected_tokens_static(D, 2) == pytest.approx(1 / (0.25 * 0.2 + 0.75 * 1.0))
+    assert mixed.expected_tokens_static(D, 16) == pytest.approx(1.0, abs=1e-4)
+    same = Acceptance([0.6] * D, name="ngram", per_request=[[0.6] * D] * 3)
+    assert same.expected_tokens_static(D, 8) == pytest.approx(same.expected_tokens(D))
+    assert Acceptance([0.6] * D).expected_tokens_static(D, 8) == pytest.approx(Acceptance([0.6] * D).expected_tokens(D))
+    kw = dict(acceptance={"ngram": mixed}, batch_sizes=[1, 16], draft_tokens=[0, D], context_lengths=[128])
+    cont = {(r["batch_size"], r["num_draft_tokens"]): r["speedup"] for r in predict("llama-3.1-8b", "h100-sxm", **kw)}
+    stat = {(r["batch_size"], r["num_draft_tokens"]): r["speedup"]
+            for r in predict("llama-3.1-8b", "h100-sxm", batching="static", **kw)}
+    assert stat[(1, 0)] == cont[(1, 0)] == pytest.approx(1.0)
+    assert stat[(16, D)] < cont[(16, D)] and stat[(16, D)] < 1.0 < cont[(16, D)]
+    with pytest.raises(ValueError, match="batching"):
+        predict("llama-3.1-8b", "h100-sxm", batching="dynamic", **kw)

@@ -38,6 +38,9 @@ class Acceptance:
     # share of a row's steps with a non-empty proposal (prompt lookup without a match proposes
     # nothing; those steps count as rejections in `conditional` and cost a plain step)
     proposal_rate: float = 1.0
+    # α_1, α_2, … of each request on its own, where a benchmark run gave them: what a static batch
+    # needs, whose pace is its slowest row's (`expected_tokens_static`)
+    per_request: list[list[float]] = field(default_factory=list)
 
     @staticmethod
     def constant(alpha: float, name: str = "constant") -> "Acceptance":
@@ -72,6 +75,21 @@ class Acceptance:
             p *= self.alpha(k)
             total += p
         return total
+
+    def expected_tokens_static(self, D: int, batch_size: int) -> float:
+        """Tokens per step and row in a static batch (Hugging Face `generate`, draftwise's engine):
+        the batch runs until its slowest row is done, so with N tokens a row, B rows drawn from the
+        requests take E[max_r N/τ_r] steps and yield 1/E[max_r 1/τ_r] tokens per step and row. At
+        batch 1 that is the harmonic mean of the requests' τ; as B grows, the worst request's. A
+        continuous-batching server (vLLM, SGLang) refills finished rows and banks E[τ] instead.
+        Without per-request data, E[τ]."""
+        if not self.per_request:
+            return self.expected_tokens(D)
+        inv = sorted(1.0 / Acceptance(c, extrapolate=self.extrapolate).expected_tokens(D) for c in self.per_request)
+        n, B = len(inv), max(int(batch_size), 1)
+        # the expected maximum of B draws (with replacement) from the requests
+        e_max = sum(x * ((i / n) ** B - ((i - 1) / n) ** B) for i, x in enumerate(inv, 1))
+        return 1.0 / e_max
 
     def verify_share(self, batch_size: int) -> float:
         return verify_share(self.proposal_rate, batch_size)

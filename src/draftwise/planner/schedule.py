@@ -198,9 +198,14 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
 def predict(target: Any, hardware: Any = None, *, acceptance: Any = None, alpha: Optional[float] = None,
             drafters: Any = None, draft_model: Any = None, batch_sizes: Any = (1, 2, 4, 8, 16),
             draft_tokens: Any = range(9), context_lengths: Any = (128, 1024), num_devices: int = 1,
-            cost_ratio: Optional[float] = None, category: Optional[str] = None) -> list[dict]:
+            cost_ratio: Optional[float] = None, category: Optional[str] = None,
+            batching: str = "continuous") -> list[dict]:
     """The cost model's prediction for every (drafter, B, D, L) cell, for comparing with a measured
-    sweep: step time (target + drafter), expected tokens per step, throughput and speedup over D = 0."""
+    sweep: step time (target + drafter), expected tokens per step, throughput and speedup over D = 0.
+    batching="static": the batch ends with its slowest row (`Acceptance.expected_tokens_static`,
+    which needs per-request acceptance), as in Hugging Face `generate` and draftwise's own engine."""
+    if batching not in ("continuous", "static"):
+        raise ValueError(f"batching must be 'continuous' or 'static', got {batching!r}")
     hw = get_hardware(hardware)
     wd = hw.dtype if hw.source == "measured" else None
     cm = CostModel(describe(target, weight_dtype=wd, kv_dtype=wd), hw, num_devices=num_devices)
@@ -228,7 +233,7 @@ def predict(target: Any, hardware: Any = None, *, acceptance: Any = None, alpha:
                 for D in _as_list(draft_tokens):
                     tt = share * cm.target_time(B, D, L) + (1 - share) * t0 if D else t0
                     td = _drafter_time(cm, d, cost_ratio, B, D, L)
-                    E = a.expected_tokens(D)
+                    E = a.expected_tokens_static(D, B) if batching == "static" else a.expected_tokens(D)
                     out.append({"drafter": n, "batch_size": B, "num_draft_tokens": D, "context_length": L,
                                 "target_time_s": tt, "draft_time_s": td, "step_time_s": tt + td,
                                 "expected_tokens_per_step": E, "throughput_tok_s": B * E / (tt + td),
