@@ -54,7 +54,12 @@ def run(args) -> list[dict]:
         meta.write_text(json.dumps(setting, indent=1))
         log = out / "units.jsonl"
         if log.exists():
-            units = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+            for line in log.read_text().splitlines():
+                try:
+                    units.append(json.loads(line))
+                except json.JSONDecodeError:    # a line cut short by a kill: that unit is rerun
+                    break
+            log.write_text("".join(json.dumps(u) + "\n" for u in units))
     for u in range(len(units), args.rounds * len(starts)):
         i = starts[u % len(starts)]
         unit = {"unit": u, "batch": u % len(starts), "configs": {}}
