@@ -54,11 +54,7 @@ def run(args) -> list[dict]:
         meta.write_text(json.dumps(setting, indent=1))
         log = out / "units.jsonl"
         if log.exists():
-            for line in log.read_text().splitlines():
-                try:
-                    units.append(json.loads(line))
-                except json.JSONDecodeError:    # a line cut short by a kill: that unit is rerun
-                    break
+            units = load_units(log)
             log.write_text("".join(json.dumps(u) + "\n" for u in units))
     for u in range(len(units), args.rounds * len(starts)):
         i = starts[u % len(starts)]
@@ -74,6 +70,17 @@ def run(args) -> list[dict]:
         if out is not None:
             with log.open("a") as f:
                 f.write(json.dumps(unit) + "\n")
+    return units
+
+
+def load_units(path: Path) -> list[dict]:
+    """The whole units of a `units.jsonl` (a line cut short by a kill ends it: that unit is rerun)."""
+    units = []
+    for line in path.read_text().splitlines():
+        try:
+            units.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
     return units
 
 
@@ -136,7 +143,7 @@ def table(root: Path) -> str:
     order = lambda d: (lambda s: (s["drafter"], s["dataset"], s["batch_size"]))(json.loads((d / "setting.json").read_text()))
     for d in sorted(cells, key=order):
         st = json.loads((d / "setting.json").read_text())
-        units = [json.loads(line) for line in (d / "units.jsonl").read_text().splitlines() if line.strip()]
+        units = load_units(d / "units.jsonl")
         rep = summarise(units, d.name)
         rounds = 1 + max(u["unit"] for u in units) // (1 + max(u["batch"] for u in units))
         warm = summarise(units, d.name, skip_rounds=1) if rounds > 2 else None

@@ -352,10 +352,14 @@ class AdaptiveDraftLength:
         observed steps of this width (decayed). The curve comes from a profile or a measurement taken before
         decoding; on a shared machine the target's speed, and the price of a wider step, drift
         from it."""
+        return self._width_times(batch_size, width)[width]
+
+    def _width_times(self, batch_size: int, width: int) -> list[float]:
+        """`target_time` for every width 0 … ≥ `width`, kept until the statistics next change."""
         times = self._times.get(batch_size)
         if times is None or width >= len(times):
             times = self._times[batch_size] = self._target_times(batch_size, max(width + 1, self.MAX_POS + 1))
-        return times[width]
+        return times
 
     def _target_times(self, batch_size: int, widths: int) -> list[float]:
         prior = self._prior.get((batch_size, widths))
@@ -630,8 +634,7 @@ class AdaptiveDraftLength:
         B, D = raw.shape
         if not self.padded:
             return schedule_prefix(self.calibrated(raw), num, self.learned_sps(B))
-        self.target_time(B, D)              # step times for widths 0 … D, learned and cached
-        w = _best_width(self.calibrated(raw), self._proposed, self._times[B], self.row_weights(B))
+        w = _best_width(self.calibrated(raw), self._proposed, self._width_times(B, D), self.row_weights(B))
         return torch.tensor([min(w, m) for m in self._proposed], dtype=torch.long, device=num.device)
 
 
