@@ -184,7 +184,9 @@ def test_draft_cap_from_acceptance_and_drafter_cost():
     probes = [i for i, c in enumerate(caps) if c == 1]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert 2 <= len(probes) and len(drafted) <= 10 and drafted[-1] < 400, caps[:drafted[-1] + 1]
-    assert gaps[1:] == sorted(gaps[1:]), probes        # the first waits for the exploration budget
+    # step 2 is a decision (the prior alone says two pay), not a probe; the first probe waits for
+    # the exploration budget, which the pricing step was charged to; then the period doubles
+    assert gaps[2:] == sorted(gaps[2:]) and gaps[-1] == 2 * gaps[-2], probes
     assert cheap._explored <= cheap.explore * cheap._elapsed + 0.01   # ≤ 2 % of the time, + the first
     # …while with a prior that was never contradicted and no cost seen yet, it keeps probing
     assert cheap.position_alpha(2.0)[0] < 0.6 and cheap.position_alpha(2.0)[5] == 1.0

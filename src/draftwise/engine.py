@@ -101,14 +101,17 @@ def decode(
     while active:
         t0 = time.perf_counter()
         n = len(active)
-        budget = torch.tensor([stopper.max_new - len(reqs[i].out) - 1 for i in active], device=dev)
-        caps = budget.clamp(min=0, max=num_draft_tokens)
+        # plain Python until a drafter runs: a step that drafts nothing (plain decoding, or adaptive
+        # D choosing none) then costs no more than plain decoding's own bookkeeping
+        remaining = [stopper.max_new - len(reqs[i].out) - 1 for i in active]
         drafting = drafter is not None and num_draft_tokens > 0
+        cap = num_draft_tokens
         if drafting and learner is not None:   # how many to draft at all, from past steps only
-            caps = caps.clamp(max=learner.draft_cap(n, num_draft_tokens, remaining=budget.tolist()))
-        if drafting and skippable and not bool(caps.any()):
+            cap = min(cap, learner.draft_cap(n, num_draft_tokens, remaining=remaining))
+        if drafting and skippable and (cap <= 0 or max(remaining) <= 0):
             drafting = False                   # nothing to draft: leave the drafter to catch up later
         if drafting:
+            caps = torch.tensor([min(max(r, 0), cap) for r in remaining], device=dev)
             prop = drafter.propose(ctx, caps)
             if scheduler is not None:
                 prop.num_tokens = torch.minimum(prop.num_tokens, scheduler(prop))
