@@ -125,6 +125,7 @@ def summarise(units: list[dict], label: str, skip_rounds: int = 0) -> dict:
             r[est + "_tokens_per_s"] = round(float(tps[k]), 2)
             r[est + "_over_plain"] = round(float(tps[k] / tps[0]), 4)
             r[est + "_over_plain_ci"] = [round(x, 4) for x in ci(boot[:, k] / boot[:, 0])]
+            r[est + "_over_best_fixed_ci"] = [round(x, 4) for x in ci(boot[:, k] / boot[:, best])]
         report["adaptive_over_best_fixed_" + est] = round(float(tps[a] / tps[best]), 4)
         report["adaptive_over_best_fixed_" + est + "_ci"] = [round(x, 4) for x in ci(boot[:, a] / boot[:, best])]
     for k, n in enumerate(names):

@@ -329,6 +329,41 @@ def test_probes_spend_at_most_the_exploration_budget():
     assert sched._explored <= 0.02 * sched._elapsed + 0.016
 
 
+def test_probes_are_charged_what_they_measured():
+    """Probe steps that really take three times what the model prices them (a drafter catching up,
+    a slow wide step) are charged what they took: the budget then allows a third as many."""
+    def drive(slow: float) -> tuple[AdaptiveDraftLength, int]:
+        sched = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7, probe_every=1, max_probe_interval=1,
+                                    optimism=50.0, probe_budget=100.0)
+        probes = 0
+        for _ in range(1000):
+            cap = sched.draft_cap(4, 8)
+            probes += cap == 8
+            sched(Proposal(tokens=torch.zeros(4, cap, dtype=torch.long), num_tokens=torch.full((4,), cap),
+                           confidence=torch.full((4, cap), 0.5)))
+            # the model learns 2 ms a drafted token from the drafter; the step besides drafting
+            # takes (slow − 1) times that more than a plain one
+            sched.observe(torch.full((4,), cap), torch.zeros(4, dtype=torch.long), draft_seconds=0.002 * cap,
+                          drafted=cap, target_seconds=0.010 + 0.002 * cap * (slow - 1.0))
+        return sched, probes
+    (fair, n_fair), (slow, n_slow) = drive(1.0), drive(3.0)
+    assert fair._explored <= 0.02 * fair._elapsed + 0.016
+    assert slow._explored <= 0.02 * slow._elapsed + 0.05
+    assert 5 <= n_fair and n_slow < 0.5 * n_fair, (n_fair, n_slow)
+
+
+def test_an_unobserved_batch_size_borrows_the_drift_of_the_nearest_observed():
+    """The machine runs at half the curve's speed at batch 4; batch 3 (a row finished), never
+    observed yet, is taken at half speed too. Taken raw it made a token of a row ahead
+    (`row_weights`' φ = B·(t(B) − t(B − 1))/t(B)) look worth far more than the curve says."""
+    sched = AdaptiveDraftLength(sps_for_batch=lambda b: (lambda N: 1.0 / (0.010 + 0.001 * b)))
+    for _ in range(50):
+        sched.observe(torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long), target_seconds=0.028)
+    assert sched.target_time(4, 0) == pytest.approx(0.028, rel=0.02)
+    assert sched.target_time(3, 0) == pytest.approx(0.026, rel=0.02)
+    assert sched._phi(4) == pytest.approx(4 * 1 / 14, rel=0.05)
+
+
 def test_rows_level_at_the_back_teach_the_pace_of_the_slowest():
     """Four rows level (a new static batch): each step one of them accepts every draft, the others
     none. The batch's end moves with the rows that accept least, so the acceptance of the rows

@@ -53,7 +53,9 @@ def add_cli(sub) -> None:
     q.add_argument("--batch-sizes", default="1,4")
     q.add_argument("--draft-tokens", default="0,1,3,7")
     q.add_argument("--context-lengths", default="128,512")
-    q.add_argument("--repeats", type=int, default=3)
+    q.add_argument("--repeats", type=int, default=3, help="timings per point and pass (their median)")
+    q.add_argument("--passes", type=int, default=3,
+                   help="passes over the target's step grid, in rotated order; a point is the median of its passes")
     q.add_argument("--name", help="name for this machine in the profile")
     q.add_argument("--threads", type=int, help="torch threads (default: torch's choice; 1 is steadier on a busy machine)")
     q.set_defaults(func=_profile_cmd)
@@ -152,8 +154,8 @@ def _profile_cmd(args) -> int:
         torch.set_num_threads(args.threads)
     hw = profile(args.target, hidden=args.hidden, device=args.device, dtype=args.dtype, rows=_ints(args.rows),
                  batch_sizes=_ints(args.batch_sizes), draft_tokens=_ints(args.draft_tokens),
-                 context_lengths=_ints(args.context_lengths), repeats=args.repeats, name=args.name,
-                 draft_model=args.draft_model, log=lambda s: print(s, file=sys.stderr))
+                 context_lengths=_ints(args.context_lengths), repeats=args.repeats, passes=args.passes,
+                 name=args.name, draft_model=args.draft_model, log=lambda s: print(s, file=sys.stderr))
     save_profile(hw, args.output)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0
