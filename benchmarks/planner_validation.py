@@ -3,9 +3,12 @@
     python benchmarks/planner_validation.py --target zoo/target \
         --drafter draft-model:zoo/draft --drafter ngram --out runs/planner-validation
 
-1. `draftwise profile` of the target on a grid (batch 1, 4, 16 × D 0 … 8 × both contexts)
-   and of one draft-model token at the same batch sizes: the only timing the planner sees
-   (OUT/profile.json);
+1. `draftwise profile` of the target on a grid (batch 1, 2, 3, 4, 8, 16 × D 0 … 8 × both
+   contexts, three rotated passes) and of one draft-model token at the same batch sizes: the only
+   timing the planner sees (OUT/profile.json). Every batch size measured, and 3: on this CPU a
+   step's time is not smooth in its rows (2 rows cost 1.5× one, 4 barely more than 3), so batch 2
+   interpolated between 1 and 4 came out ~10 % cheap, and static batches of 4 need 3 (the
+   batch once a row is done);
 2. the measured sweep, `draftwise bench` with the built-in engine: plain decoding and D = 1 … 8 per
    drafter, plus run-time adaptive D, at batch 1, 2, 4, 8, 16, on two throughput sets (prompt
    lengths 256 and 1k tokens), greedy, fixed output length (OUT/sweep; rerunning resumes);
@@ -107,7 +110,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--min-batches", type=int, default=4,
                     help="at least this many batches of requests per batch size (64 requests at batch 16)")
-    ap.add_argument("--profile-batch-sizes", default="1,4,16")
+    ap.add_argument("--profile-batch-sizes", default="1,2,3,4,8,16")
     ap.add_argument("--profile-draft-tokens", default="0,1,2,3,4,5,6,7,8",
                     help="every D: small-row GEMMs on CPUs are not monotone in rows (see BENCHMARKS.md)")
     ap.add_argument("--threads", type=int, default=None)

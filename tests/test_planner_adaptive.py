@@ -1,8 +1,10 @@
 """The run-time prefix scheduler (DSpark): admit (row, position) pairs by survival, stop at the
 first drop of Θ = τ*·SPS(N)."""
 import json
-import torch
+
+import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings, strategies as st
 
 from draftwise.planner.adaptive import (AdaptiveDraftLength, SPSCurve, expected_throughput, schedule_prefix,
@@ -297,6 +299,24 @@ def test_in_a_static_batch_a_row_ahead_is_worth_little():
     assert schedule_width(ahead, num, sps).tolist() == [4] * 4            # every token alike: verify
     assert schedule_width(ahead, num, sps, weights).tolist() == [0] * 4   # a row ahead gains: not worth it
     assert schedule_width(behind, num, sps, weights).tolist() == [4] * 4  # the row behind gains: worth it
+
+
+def test_a_draft_of_the_last_row_counts_whole_only_up_to_the_gap():
+    """The last row ends the batch sooner only while it stays alone at the back: 5 tokens behind
+    the next row, its four strong drafts are all worth verifying; 1 token behind, only the first;
+    level with the others, none (the batch ends with whichever of them is last)."""
+    sps = lambda N: 1.0 / (0.010 + 0.0002 * N)   # noqa: E731
+    sched = AdaptiveDraftLength(sps, probe_every=1000)
+    phi = 4 * 0.0002 / 0.0108
+    strong, weak, num = torch.full((4,), 0.9), torch.zeros(4), torch.full((4,), 4)
+    behind = torch.stack([strong, weak, weak, weak])
+    for remaining, width in (([10, 5, 5, 5], 4), ([10, 9, 5, 5], 1), ([7, 7, 7, 7], 0)):
+        sched.draft_cap(4, 4, remaining=remaining)
+        w = sched.token_weights(4, 4)
+        assert w[1:, 1:] == pytest.approx(np.full((3, 4), phi))
+        assert schedule_width(behind, num, sps, w).tolist() == [width] * 4, remaining
+    sched.draft_cap(4, 4, remaining=[10, 9, 5, 5])
+    assert sched.token_weights(4, 4)[0].tolist() == pytest.approx([1.0, 1.0, phi, phi, phi])
 
 
 def test_the_choice_of_d_follows_the_rows_behind():

@@ -134,8 +134,9 @@ def schedule_width(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPSL
     and rise again. The choice reads only confidences, never the target's verdict, so the lossless
     condition of `schedule_prefix` holds.
 
-    `weights` (per row, default 1) is what a token of that row is worth: in a static batch only the
-    rows furthest behind decide when the batch ends (see `AdaptiveDraftLength.row_weights`)."""
+    `weights` (per row, default 1; or [B, 1 + D], per row and token: the first, always emitted,
+    then each draft position) is what a token is worth: in a static batch only the rows furthest
+    behind decide when the batch ends (see `AdaptiveDraftLength.token_weights`)."""
     sps_fn = _as_sps(sps)
     conf = _unit(_as_np(confidence))
     B, D = conf.shape
@@ -163,7 +164,10 @@ def _best_width(conf: np.ndarray, valid: list, times: list, weights: Optional[Se
         gain, tau = surv.sum(0).tolist(), float(B)
     else:
         wt = np.asarray(weights, np.float64)
-        gain, tau = (wt @ surv).tolist(), float(wt.sum())
+        if wt.ndim == 1:
+            gain, tau = (wt @ surv).tolist(), float(wt.sum())
+        else:          # [B, 1 + D]: the first (always emitted) token, then each draft position
+            gain, tau = (wt[:, 1:top + 1] * surv).sum(0).tolist(), float(wt[:, 0].sum())
     if tau <= 0:
         return 0
     best, w = tau / times[0], 0
@@ -288,6 +292,7 @@ class AdaptiveDraftLength:
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
         self._proposed: Optional[list[int]] = None    # per row, drafts the drafter made this step
         self._behind: Optional[list[bool]] = None   # per row, furthest behind (most tokens left) this step
+        self._remaining: Optional[list[int]] = None   # per row, tokens it may still generate
 
     def refresh_curves(self) -> None:
         """Forget the curves looked up per batch size (a new one was measured); keeps what was learned."""
@@ -460,6 +465,7 @@ class AdaptiveDraftLength:
         self._probing = False
         top = max(remaining, default=0) if remaining is not None else None
         self._behind = None if top is None else [r >= top for r in remaining]
+        self._remaining = None if remaining is None else list(remaining)
         if not self.learn or max_draft <= 0:
             return max_draft
         if self.max_tokens is not None:
@@ -516,6 +522,29 @@ class AdaptiveDraftLength:
         phi, k = self._phi(batch_size), sum(behind)
         last = 1.0 / k + (1.0 - 1.0 / k) * phi
         return [last if b else phi for b in behind]
+
+    def token_weights(self, batch_size: int, D: int) -> Optional[np.ndarray]:
+        """`row_weights` per draft position, [B, 1 + D] (column 0: the token every row emits).
+        A draft lowers the batch's end only while its row is still alone at the back: a row
+        `gap` tokens behind the next one (who gains at least its own token this step) ends the
+        batch sooner with its first `gap` accepted drafts, each worth a whole token; later ones,
+        and every draft of a row level with another at the back or ahead of it, only end that row
+        sooner (φ). Weighting a whole row at 1 counted a strong proposal of the last row in full
+        when the next row was one token behind it: prompt lookup at batch 4 then verified 8
+        tokens in 30 of 45 steps to save 4 steps of 48, and ran at 0.93 of plain decoding."""
+        rem = self._remaining
+        if rem is None or batch_size < 2 or len(rem) != batch_size:
+            return None
+        phi = self._phi(batch_size)
+        first = self.row_weights(batch_size)
+        top = max(rem)
+        runner_up = max((r for r in rem if r < top), default=top) if rem.count(top) == 1 else top
+        out = np.full((batch_size, 1 + D), phi)
+        out[:, 0] = first
+        for r, left in enumerate(rem):
+            if left == top and runner_up < top:
+                out[r, 1:1 + min(top - runner_up, D)] = 1.0
+        return out
 
     def _phi(self, batch_size: int) -> float:
         full = self.target_time(batch_size, 0)
@@ -664,7 +693,7 @@ class AdaptiveDraftLength:
         B, D = raw.shape
         if not self.padded:
             return schedule_prefix(self.calibrated(raw), num, self.learned_sps(B))
-        w = _best_width(self.calibrated(raw), self._proposed, self._width_times(B, D), self.row_weights(B))
+        w = _best_width(self.calibrated(raw), self._proposed, self._width_times(B, D), self.token_weights(B, D))
         return torch.tensor([min(w, m) for m in self._proposed], dtype=torch.long, device=num.device)
 
 
