@@ -117,9 +117,10 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
 
     The grid is measured `passes` times, the widths of a (B, L) in a rotated order each pass and
     the (B, L) in reverse order every other pass; a point is the median of its passes. Measured
-    once, point after point, a shared CPU's drift of ±10 % over seconds became the profile's shape:
-    steps that got cheaper with more tokens, 12 rows cheaper than 8, and planner choices that
-    followed the noise."""
+    once, point after point, a shared CPU's drift of ±10 % over seconds became the profile's shape
+    (one such profile had 12 rows cheaper than 8, and the planner followed it); five passes took
+    that out. What stays is the host's own state: on the 2-core CPU of BENCHMARKS.md, verifying 5
+    tokens at batch 1 measured 1.30×, 1.65× and 1.92× a plain step in profiles hours apart."""
     from ..target import ModelRunner
 
     runner, vocab = ModelRunner(model, lean="exact"), model.config.vocab_size
