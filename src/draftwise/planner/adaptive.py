@@ -291,8 +291,7 @@ class AdaptiveDraftLength:
         self._priced = False                   # a drafting step observed: the drafter's price is known
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
         self._proposed: Optional[list[int]] = None    # per row, drafts the drafter made this step
-        self._behind: Optional[list[bool]] = None   # per row, furthest behind (most tokens left) this step
-        self._remaining: Optional[list[int]] = None   # per row, tokens it may still generate
+        self._remaining: Optional[list[int]] = None   # per row, tokens it may still generate this step
 
     def refresh_curves(self) -> None:
         """Forget the curves looked up per batch size (a new one was measured); keeps what was learned."""
@@ -463,8 +462,6 @@ class AdaptiveDraftLength:
         """How many tokens to draft this step (before drafting); `remaining`, per row, the tokens
         it may still generate (for `row_weights`)."""
         self._probing = False
-        top = max(remaining, default=0) if remaining is not None else None
-        self._behind = None if top is None else [r >= top for r in remaining]
         self._remaining = None if remaining is None else list(remaining)
         if not self.learn or max_draft <= 0:
             return max_draft
@@ -516,12 +513,20 @@ class AdaptiveDraftLength:
         φ = B·(t(B) − t(B − 1))/t(B) of a token's worth; a row furthest behind (most tokens
         left) is worth a whole one, and k rows level at the back each 1/k + (1 − 1/k)·φ: one of them
         will be last. None (all rows alike) at batch 1."""
-        behind = self._behind
+        behind = self._behind()
         if behind is None or batch_size < 2 or len(behind) != batch_size:
             return None
         phi, k = self._phi(batch_size), sum(behind)
         last = 1.0 / k + (1.0 - 1.0 / k) * phi
         return [last if b else phi for b in behind]
+
+    def _behind(self) -> Optional[list[bool]]:
+        """Per row, whether it is furthest behind (most tokens left) this step."""
+        rem = self._remaining
+        if rem is None:
+            return None
+        top = max(rem, default=0)
+        return [r >= top for r in rem]
 
     def token_weights(self, batch_size: int, D: int) -> Optional[np.ndarray]:
         """`row_weights` per draft position, [B, 1 + D] (column 0: the token every row emits).
@@ -599,7 +604,8 @@ class AdaptiveDraftLength:
         off = offered.tolist() if offered is not None and made is not None else None
         pos_n, pos_acc, bin_n, bin_acc = self._pos_n, self._pos_acc, self._bin_n, self._bin_acc
         lag_n, lag_acc = self._lag_n, self._lag_acc
-        lagging = self._behind if self._behind is not None and len(self._behind) == len(ver) else None
+        lagging = self._behind()
+        lagging = lagging if lagging is not None and len(lagging) == len(ver) else None
         if lagging is not None and sum(lagging) > 1:
             # several rows level at the back: the batch's end moves with the one that accepts least
             # (as many are behind after the step as accepted least now), so only those rows count.

@@ -92,12 +92,16 @@ def _load_target(target: str, dtype, device: str):
     return model, cfg
 
 
-def _runner_step(runner, B: int, L: int, width: int, vocab: int, g, device: str, repeats: int, warmup: int,
-                 passes: int = 1) -> float:
-    """Median time of `passes` forwards of `width` tokens each to B rows at context L, rolled back
-    afterwards (as a draft loop does), per forward."""
+def _prefill(runner, B: int, L: int, vocab: int, g, device: str) -> None:
+    """A fresh cache of B rows at context L."""
     runner.reset(B)
     runner.forward(torch.randint(0, vocab, (B, L), generator=g).to(device), torch.full((B,), L, device=device))
+
+
+def _time_width(runner, B: int, width: int, vocab: int, g, device: str, repeats: int, warmup: int,
+                passes: int = 1) -> float:
+    """Median time of `passes` forwards of `width` tokens each to the B cached rows, rolled back
+    afterwards (as a draft loop does), per forward."""
     tok = torch.randint(0, vocab, (B, width), generator=g).to(device)
     n, zero = torch.full((B,), width, device=device), torch.zeros(B, dtype=torch.long, device=device)
 
@@ -129,19 +133,11 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
     samples: dict[tuple[int, int, int], list[float]] = {}
     for p in range(max(int(passes), 1)):
         for B, L in (cells if p % 2 == 0 else cells[::-1]):
-            runner.reset(B)
-            runner.forward(torch.randint(0, vocab, (B, L), generator=g).to(device), torch.full((B,), L, device=device))
-            zero = torch.zeros(B, dtype=torch.long, device=device)
+            _prefill(runner, B, L, vocab, g, device)
             k = p % len(draft_tokens)
             for D in list(draft_tokens)[k:] + list(draft_tokens)[:k]:
-                tok = torch.randint(0, vocab, (B, 1 + D), generator=g).to(device)
-                n = torch.full((B,), 1 + D, device=device)
-
-                def step():
-                    runner.mark()
-                    runner.forward(tok, n)
-                    runner.rollback(zero)
-                samples.setdefault((B, D, L), []).append(_median_time(step, repeats, device, warmup=1))
+                sec = _time_width(runner, B, 1 + D, vocab, g, device, repeats, warmup=1)
+                samples.setdefault((B, D, L), []).append(sec)
     out = []
     for L in context_lengths:
         for B in batch_sizes:
@@ -165,7 +161,8 @@ def measure_draft_steps(model, batch_sizes: Sequence[int], context_lengths: Sequ
     out = []
     for L in context_lengths:
         for B in batch_sizes:
-            sec = _runner_step(runner, B, L, 1, vocab, g, device, repeats, warmup=2, passes=4)
+            _prefill(runner, B, L, vocab, g, device)
+            sec = _time_width(runner, B, 1, vocab, g, device, repeats, warmup=2, passes=4)
             out.append({"B": int(B), "L": int(L), "seconds": sec})
             if log:
                 log(f"  draft B={B:<4d} L={L:<6d} {sec * 1e3:9.2f} ms")
