@@ -114,6 +114,8 @@ def main() -> None:
     ap.add_argument("--profile-draft-tokens", default="0,1,2,3,4,5,6,7,8",
                     help="every D: small-row GEMMs on CPUs are not monotone in rows (see BENCHMARKS.md)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--min-gain", type=float, default=None,
+                    help="the planner's margin for speculating at all (default: the planner's, 0.02)")
     ap.add_argument("--tolerance", type=float, default=0.15, help="speedup error counted as a hit")
     ap.add_argument("--repeats", type=int, default=1, help="passes over the whole sweep (median per cell)")
     ap.add_argument("--batching", choices=["static", "continuous"], default="static",
@@ -129,7 +131,7 @@ def main() -> None:
     import torch
 
     from draftwise.bench.runner import ADAPTIVE, BASELINE, BenchConfig, read_results, run_bench
-    from draftwise.planner import predict
+    from draftwise.planner import pick_num_draft_tokens, predict
     from draftwise.planner.acceptance import Acceptance
     from draftwise.planner.profile import profile, save_profile
 
@@ -192,7 +194,10 @@ def main() -> None:
                 base = thr[fixed[0]]
                 meas = {D: thr[k] for D, k in fixed.items()}
                 prd = {D: P[(d, B, D)]["throughput_tok_s"] for D in [0] + Ds}
-                best_m, best_p = max(meas, key=meas.get), max(prd, key=prd.get)
+                # the planner's own choice from its predictions (`plan` applies the same rule)
+                best_m = max(meas, key=meas.get)
+                best_p = pick_num_draft_tokens([prd[D] for D in [0] + Ds],
+                                               **({} if args.min_gain is None else {"min_gain": args.min_gain}))
                 sp_m = {D: meas[D] / base for D in meas}
                 sp_p = {D: P[(d, B, D)]["speedup"] for D in meas}
                 err_at_pred = abs(sp_p[best_p] - sp_m[best_p]) / sp_m[best_p]

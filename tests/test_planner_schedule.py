@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from draftwise.planner import Acceptance, load_acceptance, plan
+from draftwise.planner import Acceptance, load_acceptance, pick_num_draft_tokens, plan
 
 
 def test_acceptance_expected_tokens():
@@ -137,13 +137,34 @@ def test_predict_grid_agrees_with_plan():
     rows = predict("llama-3.1-8b", "h100-sxm", acceptance=acc, batch_sizes=[1, 256], draft_tokens=range(9),
                    context_lengths=[128])
     assert len(rows) == 2 * 9
-    r = plan("llama-3.1-8b", "h100-sxm", acceptance=acc, batch_sizes=[1, 256], context_lengths=[128], max_draft=8)
-    for c in r["schedule"]:
-        cells = [x for x in rows if x["batch_size"] == c["batch_size"]]
-        best = max(cells, key=lambda x: (x["throughput_tok_s"], -x["num_draft_tokens"]))
-        assert best["num_draft_tokens"] == c["num_draft_tokens"]
-        assert best["speedup"] == pytest.approx(c["speedup"])
+    for min_gain in (0.0, 0.02):
+        r = plan("llama-3.1-8b", "h100-sxm", acceptance=acc, batch_sizes=[1, 256], context_lengths=[128],
+                 max_draft=8, min_gain=min_gain)
+        for c in r["schedule"]:
+            cells = sorted((x for x in rows if x["batch_size"] == c["batch_size"]), key=lambda x: x["num_draft_tokens"])
+            D = pick_num_draft_tokens([x["speedup"] for x in cells], min_gain)
+            if min_gain == 0:
+                assert D == max(cells, key=lambda x: (x["throughput_tok_s"], -x["num_draft_tokens"]))["num_draft_tokens"]
+            assert D == c["num_draft_tokens"]
+            assert cells[D]["speedup"] == pytest.approx(c["speedup"])
     assert next(x for x in rows if x["num_draft_tokens"] == 0)["speedup"] == pytest.approx(1.0)
+
+
+def test_a_gain_under_the_margin_is_not_worth_speculating():
+    # argmax at D = 2 gains 1 %: under the 2 % margin it is D = 0, with the rule that decided it
+    assert pick_num_draft_tokens([1.0, 0.99, 1.01, 1.005], 0.02) == 0
+    assert pick_num_draft_tokens([1.0, 0.99, 1.01, 1.005], 0.0) == 2
+    assert pick_num_draft_tokens([1.0, 1.03, 1.03], 0.02) == 1      # smallest D on ties
+    acc = {"eagle3": Acceptance.constant(0.3, name="eagle3")}
+    kw = dict(acceptance=acc, batch_sizes=[1, 64, 512], context_lengths=[1024], max_draft=8)
+    argmax = plan("llama-3.1-8b", "h100-sxm", min_gain=0.0, **kw)
+    margin = next(c for c in argmax["schedule"] if 1.0 < c["speedup"] < 1.3)   # a cell that gains a little
+    r = plan("llama-3.1-8b", "h100-sxm", min_gain=margin["speedup"] - 1 + 0.01, **kw)
+    c = next(c for c in r["schedule"] if c["batch_size"] == margin["batch_size"])
+    assert margin["num_draft_tokens"] > 0 and c["num_draft_tokens"] == 0 and c["drafter"] == "none"
+    assert any(x["rule"] == "4-margin" and f"{margin['num_draft_tokens']}," in x["text"] for x in c["reasons"])
+    with pytest.raises(ValueError, match="min_gain"):
+        plan("llama-3.1-8b", "h100-sxm", min_gain=-0.1, **kw)
 
 
 def test_unnamed_acceptance_takes_the_drafter_name(tmp_path):

@@ -34,6 +34,9 @@ def add_cli(sub) -> None:
     p.add_argument("--batch-sizes", help="comma-separated (default 1,2,4,…,512)")
     p.add_argument("--context-lengths", help="comma-separated (default 1024,8192)")
     p.add_argument("--max-draft", type=int, default=16, help="largest D considered (default 16)")
+    p.add_argument("--min-gain", type=float, default=None,
+                   help="least predicted speedup over plain decoding worth speculating for, as a share "
+                        "(default 0.02; 0: the plain argmax; Leviathan mode is always the exact argmax)")
     p.add_argument("--latency-target-ms", type=float, help="per-user ms per output token to meet (operating point)")
     p.add_argument("--num-devices", type=int, default=1, help="tensor-parallel devices")
     p.add_argument("--weight-dtype", help="override the config's weight dtype (bfloat16, fp8, float32 …)")
@@ -67,7 +70,8 @@ def _plan_cmd(args) -> int:
                acceptance=args.acceptance, drafters=args.drafter, draft_model=args.draft_model,
                batch_sizes=args.batch_sizes, context_lengths=args.context_lengths, max_draft=args.max_draft,
                latency_target_ms=args.latency_target_ms, num_devices=args.num_devices, category=args.category,
-               weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype)
+               weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
+               **({} if args.min_gain is None else {"min_gain": args.min_gain}))
     text = json.dumps(_finite(res), indent=1, default=str, allow_nan=False)
     if args.output:
         with open(args.output, "w") as f:

@@ -99,6 +99,13 @@ def rule_marginal(D: int, max_draft: int, E: list[float], T: list[float], surviv
         f"for {dt * 100:.1f} % more step time: stop at {D}")}
 
 
+def rule_margin(drafter: str, D: int, speedup: float, min_gain: float) -> dict:
+    return {"rule": "4-margin", "text": (
+        f"the best D for {drafter}, {D}, is predicted {speedup:.3f}× plain decoding: a gain under the "
+        f"{min_gain:.0%} margin is inside the cost model's error, so D = 0 (speculation off; --min-gain 0 "
+        f"takes the argmax)")}
+
+
 def rule_drafter(best: str, per: dict) -> Optional[dict]:
     others = [(n, v) for n, v in per.items() if n != best]
     if not others or best == "none":

@@ -8,7 +8,9 @@ Two modes:
   throughput(drafter, D) = B·E[τ](D) / (T_target(B, D, L) + T_drafter(B, D, L)); the speedup is
   against D = 0 (no speculation) at the same B and L. For a fixed B maximising system throughput
   and per-user speed pick the same (drafter, D); a latency target (ms per output token per user)
-  additionally picks the operating point: the largest batch that still meets it.
+  additionally picks the operating point: the largest batch that still meets it. A D is only
+  chosen over plain decoding when it is predicted to gain at least `min_gain` (default 2 %): a
+  smaller predicted gain is inside the cost model's error, and plain decoding risks nothing.
 """
 from __future__ import annotations
 
@@ -22,6 +24,21 @@ from .model import DRAFTER_KINDS, DrafterDesc, describe, drafter_desc
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 DEFAULT_CONTEXT_LENGTHS = (1024, 8192)
+DEFAULT_MIN_GAIN = 0.02
+
+
+def pick_num_draft_tokens(speedup, min_gain: float = DEFAULT_MIN_GAIN) -> int:
+    """The D to run, from predicted speedups over plain decoding per D = 0, 1, …: the argmax
+    (smallest D on ties), or 0 where even the argmax gains less than `min_gain`. On this CPU the
+    step price of a wide batch-1 step moved by ±25 % within an hour (BENCHMARKS §5.0a); a predicted
+    0.4 % gain at D = 8 there was a measured 3 % loss. Speculating costs the drafter's memory and
+    a wider step whose price is the least certain input; below the margin it is not worth it."""
+    speedup = list(speedup)
+    best = 0
+    for D, s in enumerate(speedup):
+        if s > speedup[best] * (1 + 1e-9):
+            best = D
+    return best if speedup[best] >= speedup[0] * (1 + min_gain) else 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -98,7 +115,7 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
          draft_model: Any = None, batch_sizes: Any = None, context_lengths: Any = None,
          max_draft: int = 16, latency_target_ms: Optional[float] = None, num_devices: int = 1,
          category: Optional[str] = None, weight_dtype: Any = None, kv_dtype: Any = None,
-         check_memory: bool = True) -> dict:
+         check_memory: bool = True, min_gain: float = DEFAULT_MIN_GAIN) -> dict:
     """Plan speculative decoding. See the module docstring; returns a JSON-ready dict.
 
     target:      config / path / bundled name (None with alpha + cost_ratio → Leviathan mode)
@@ -108,12 +125,16 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
     drafters:    drafter names or kinds to consider (default: those in `acceptance`, else MTP when the
                  target has MTP layers, else EAGLE-3); with `cost_ratio` and a target, a drafter whose
                  every drafted token costs c × the plain decode step
+    min_gain:    the least predicted speedup over plain decoding worth speculating for (0: plain argmax;
+                 Leviathan mode is always the exact argmax)
     """
     if target is None:
         if alpha is None or cost_ratio is None:
             raise ValueError("give a target (with --hardware and --acceptance/--alpha), or --alpha and --cost-ratio")
         return leviathan(float(alpha), float(cost_ratio), max_draft)
 
+    if min_gain < 0:
+        raise ValueError(f"min_gain must be ≥ 0 (a share, 0.02 = 2 %), got {min_gain}")
     hw = get_hardware(hardware)
     if hw.source == "measured" and hw.dtype:  # a measured profile ran the model in its own dtype
         weight_dtype = weight_dtype or hw.dtype
@@ -166,12 +187,13 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
     cells = []
     for L in Ls:
         for B in Bs:
-            cells.append(_plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, check_memory))
+            cells.append(_plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, check_memory,
+                                    min_gain))
 
     break_even = {}
     for L in Ls:
         break_even[str(L)] = _break_even(cm, [c for c in cells if c["context_length"] == L], acc, ddesc,
-                                         cost_ratio, max_draft)
+                                         cost_ratio, max_draft, min_gain)
     out = {
         "mode": "schedule",
         "target": model.summary(),
@@ -183,6 +205,7 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
         "batch_sizes": Bs,
         "context_lengths": Ls,
         "max_draft": max_draft,
+        "min_gain": min_gain,
         "schedule": cells,
         "break_even_batch_size": break_even[str(Ls[0])],
         "break_even_by_context": break_even,
@@ -247,7 +270,7 @@ def _drafter_time(cm: CostModel, d: Optional[DrafterDesc], cost_ratio, B: int, D
     return cm.drafter_time(d, B, D, L)
 
 
-def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, T_target=None):
+def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain, T_target=None):
     """{drafter: (best D, list of (E, T_total, T_draft) per D)}"""
     if T_target is None:
         T_target = [cm.target_time(B, D, L) for D in range(max_draft + 1)]
@@ -259,16 +282,13 @@ def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, T_target=None):
             td = _drafter_time(cm, ddesc[n], cost_ratio, B, D, L)
             tt = share * T_target[D] + (1 - share) * T_target[0]
             rows.append((a.expected_tokens(D), tt + td, td))
-        best = 0
-        for D, (E, T, _) in enumerate(rows):
-            if E / T > rows[best][0] / rows[best][1] * (1 + 1e-9):
-                best = D
-        res[n] = (best, rows)
+        res[n] = (pick_num_draft_tokens([E / T for E, T, _ in rows], min_gain), rows)
     return res, T_target
 
 
-def _plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, check_memory) -> dict:
-    res, T_target = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft)
+def _plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, check_memory,
+               min_gain=DEFAULT_MIN_GAIN) -> dict:
+    res, T_target = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain)
     T0 = T_target[0]
     per = {}
     for n, (D, rows) in res.items():
@@ -295,7 +315,11 @@ def _plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, c
             reasons.append(r)
     E_list = [r[0] for r in res[best_name][1]]
     T_list = [r[1] for r in res[best_name][1]]
-    reasons.append(rules.rule_marginal(D, max_draft, E_list, T_list, None))
+    raw = pick_num_draft_tokens([e / t for e, t in zip(E_list, T_list)], 0.0)
+    if D == 0 and raw > 0:
+        reasons.append(rules.rule_margin(best_name, raw, E_list[raw] / T_list[raw] * T_list[0], min_gain))
+    else:
+        reasons.append(rules.rule_marginal(D, max_draft, E_list, T_list, None))
     r5 = rules.rule_drafter(best_name, per) if D > 0 else None
     if r5:
         reasons.append(r5)
@@ -331,13 +355,13 @@ def _plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, c
     return cell
 
 
-def _best_D(cm, B, L, acc, ddesc, cost_ratio, max_draft) -> int:
-    res, _ = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft)
+def _best_D(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain) -> int:
+    res, _ = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain)
     best = max(res.values(), key=lambda v: (v[1][v[0]][0] / v[1][v[0]][1], -v[0]))
     return best[0]
 
 
-def _break_even(cm, cells, acc, ddesc, cost_ratio, max_draft) -> Optional[int]:
+def _break_even(cm, cells, acc, ddesc, cost_ratio, max_draft, min_gain) -> Optional[int]:
     """Smallest batch size where the best D is 0: the first grid batch with D = 0, refined by
     bisection between it and the grid batch before it."""
     cells = sorted(cells, key=lambda c: c["batch_size"])
@@ -349,7 +373,7 @@ def _break_even(cm, cells, acc, ddesc, cost_ratio, max_draft) -> Optional[int]:
             L = c["context_length"]
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if _best_D(cm, mid, L, acc, ddesc, cost_ratio, max_draft) == 0:
+                if _best_D(cm, mid, L, acc, ddesc, cost_ratio, max_draft, min_gain) == 0:
                     hi = mid
                 else:
                     lo = mid
