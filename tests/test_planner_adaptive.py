@@ -526,3 +526,31 @@ def test_cli_generate_adaptive_from_a_datasheet(tmp_path, capsys):
     assert main(args + ["--adaptive", "h100-sxm"]) == 0
     adaptive = capsys.readouterr().out
     assert json.loads(plain.splitlines()[0])["token_ids"] == json.loads(adaptive.splitlines()[0])["token_ids"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_the_small_batch_path_decides_as_the_numpy_path(data):
+    """Small batches are scheduled on plain lists (numpy's per-call cost was ~0.25 ms a step);
+    larger ones with numpy. Both must choose the same width from the same state."""
+    import copy
+    B, D = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 8))
+    unit = st.floats(0.0, 1.0, allow_nan=False)
+    conf = torch.tensor(data.draw(st.lists(st.lists(unit, min_size=D, max_size=D), min_size=B, max_size=B)))
+    num = torch.tensor(data.draw(st.lists(st.integers(0, D), min_size=B, max_size=B)))
+    remaining = data.draw(st.one_of(st.none(), st.lists(st.integers(0, 48), min_size=B, max_size=B)))
+    slope = data.draw(st.floats(0.0, 0.5))
+    small = AdaptiveDraftLength(lambda n: 1.0 / (0.01 * (1.0 + slope * n)), probe_every=10 ** 6)
+    rng = np.random.default_rng(data.draw(st.integers(0, 10 ** 6)))
+    for _ in range(data.draw(st.integers(0, 6))):     # some learned state: calibration, step times, φ
+        small.draft_cap(B, D, remaining=remaining)
+        k = torch.minimum(num, small(Proposal(tokens=torch.zeros(B, D, dtype=torch.long), num_tokens=num,
+                                              confidence=torch.from_numpy(rng.random((B, D))).float())))
+        small.observe(k, torch.from_numpy(rng.integers(0, D + 1, B)).clamp(max=k), 1e-4, D,
+                      offered=torch.full((B,), D), target_seconds=0.01 * (1 + float(rng.random())))
+    big = copy.deepcopy(small)
+    big.SMALL = 0                                     # every batch through numpy
+    caps = [small.draft_cap(B, D, remaining=remaining), big.draft_cap(B, D, remaining=remaining)]
+    assert caps[0] == caps[1]
+    prop = Proposal(tokens=torch.zeros(B, D, dtype=torch.long), num_tokens=num, confidence=conf)
+    assert small(prop).tolist() == big(prop).tolist()

@@ -111,7 +111,8 @@ def decode(
         if drafting and skippable and (cap <= 0 or max(remaining) <= 0):
             drafting = False                   # nothing to draft: leave the drafter to catch up later
         if drafting:
-            caps = torch.tensor([min(max(r, 0), cap) for r in remaining], device=dev)
+            caps_l = [min(max(r, 0), cap) for r in remaining]
+            caps = torch.tensor(caps_l, device=dev)
             prop = drafter.propose(ctx, caps)
             if scheduler is not None:
                 prop.num_tokens = torch.minimum(prop.num_tokens, scheduler(prop))
@@ -158,8 +159,8 @@ def decode(
             # the step's price is everything but drafting: the target forward, the acceptance test
             # and this loop's bookkeeping, which every width pays (forward alone made a 9-token
             # verification look 2.0 plain steps at batch 1 where the whole step cost 1.7)
-            learner.observe(k, num_acc, t_drafter if drafting else 0.0, int(prop.tokens.shape[1]),
-                            offered=caps if drafting else None, target_seconds=time.perf_counter() - t0 - t_drafter)
+            learner.observe(k_l, acc_l, t_drafter if drafting else 0.0, int(prop.tokens.shape[1]),
+                            offered=caps_l if drafting else None, target_seconds=time.perf_counter() - t0 - t_drafter)
         active, ctx = _drop_finished(reqs, active, ctx, target, drafter)
         stats.steps[-1].t_other = (time.perf_counter() - t0) - stats.steps[-1].t_target - stats.steps[-1].t_drafter
 

@@ -179,6 +179,34 @@ def _best_width(conf: np.ndarray, valid: list, times: list, weights: Optional[Se
     return w
 
 
+def _best_width_rows(cal: list, valid: list, times: list, first: Optional[list] = None, phi: float = 1.0,
+                     last: int = -1, gap: int = 0) -> int:
+    """`_best_width` in plain Python for a small batch (a few dozen (row, position) pairs, where a
+    dozen numpy calls cost ~30 µs a step), with the weights of `AdaptiveDraftLength._weight_parts`:
+    `first` per row (None: 1 each), φ for every draft, whole (1) for the first `gap` drafts of row
+    `last`. The same answer as `_best_width` with `token_weights` (tests/test_planner_adaptive.py)."""
+    top = min(max(valid, default=0), len(cal[0]) if cal else 0)
+    if top <= 0:
+        return 0
+    gain = [0.0] * top
+    for r, (row, v) in enumerate(zip(cal, valid)):
+        surv = 1.0
+        whole = gap if r == last else 0
+        for j in range(min(v, top)):
+            surv *= row[j]
+            gain[j] += surv if j < whole else phi * surv
+    tau = float(len(cal)) if first is None else float(sum(first))
+    if tau <= 0:
+        return 0
+    best, w = tau / times[0], 0
+    for j in range(top):
+        tau += gain[j]
+        theta = tau / times[j + 1]
+        if theta > best * (1 + 1e-9):
+            best, w = theta, j + 1
+    return w
+
+
 def expected_throughput(confidence: torch.Tensor, lengths: torch.Tensor, sps: SPSLike) -> float:
     """Θ = τ*·SPS(N) for given per-row lengths (for tests and reports)."""
     sps_fn = _as_sps(sps)
@@ -245,6 +273,7 @@ class AdaptiveDraftLength:
     """
 
     MAX_POS, BINS = 16, 10
+    SMALL = 64      # (row, position) pairs up to which the per-step schedule runs on plain lists
 
     def __init__(self, sps_curve: Optional[SPSLike] = None, alpha: float = 0.7, max_tokens: Optional[int] = None,
                  *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None, learn: bool = True,
@@ -270,14 +299,16 @@ class AdaptiveDraftLength:
         self.reset_stats()
 
     def reset_stats(self) -> None:
-        # numpy, not torch: these arrays are tiny and touched every step, where each torch op's
-        # dispatch (~5 µs) added up to a millisecond per step
+        # plain lists, neither torch nor numpy: a step updates a few dozen counts, where each torch
+        # op's dispatch (~5 µs) added up to a millisecond a step and numpy's ~0.2 µs to 40 µs
         P, K = self.MAX_POS, self.BINS
-        self._pos_n, self._pos_acc = np.zeros(P), np.zeros(P)
-        self._lag_n, self._lag_acc = np.zeros(P), np.zeros(P)   # the same, rows furthest behind only
-        self._bin_n, self._bin_acc = np.zeros((P, K)), np.zeros((P, K))
-        self._cost = np.zeros(5)   # decayed Σ1, ΣD, Σt, ΣD², ΣDt of drafter steps
-        self._rows = np.zeros(2)   # rows offered a draft, rows that proposed anything
+        self._pos_n, self._pos_acc = [0.0] * P, [0.0] * P
+        self._lag_n, self._lag_acc = [0.0] * P, [0.0] * P     # the same, rows furthest behind only
+        self._bin_n, self._bin_acc = [[0.0] * K for _ in range(P)], [[0.0] * K for _ in range(P)]
+        self._cost = [0.0] * 5     # decayed Σ1, ΣD, Σt, ΣD², ΣDt of drafter steps
+        self._rows = [0.0, 0.0]    # rows offered a draft, rows that proposed anything
+        self._pos_index: dict[int, np.ndarray] = {}        # draft position per column, for `_calibrate`
+        self._phis: dict[int, float] = {}                  # φ per batch size, refreshed with `_times`
         self._tt: dict[tuple[int, int], list[float]] = {}   # (rows, width) → decayed [count, seconds]
         self._tt_seen = 0
         self._observed = 0
@@ -298,6 +329,7 @@ class AdaptiveDraftLength:
         self._cache.clear()
         self._prior.clear()
         self._times.clear()
+        self._phis.clear()
         self._best.clear()
 
     # --- learned statistics --------------------------------------------------------------------
@@ -306,33 +338,55 @@ class AdaptiveDraftLength:
 
     def calibrated(self, conf) -> np.ndarray:
         """Observed acceptance rate for these raw confidences [B, D] (prior: the raw value)."""
-        conf = _unit(_as_np(conf))
+        return self._calibrate(_unit(_as_np(conf)))
+
+    def _calibrate_rows(self, rows: list) -> list:
+        """`_calibrate` for a small batch, on lists."""
+        if not self.learn:
+            return rows
+        acc, n, w, K, P = self._bin_acc, self._bin_n, self.prior_weight, self.BINS, self.MAX_POS
+        out = []
+        for row in rows:
+            cal = []
+            for j, c in enumerate(row):
+                p = j if j < P else P - 1
+                b = int(c * K)
+                b = b if b < K else K - 1
+                cal.append((acc[p][b] + w * c) / (n[p][b] + w))
+            out.append(cal)
+        return out
+
+    def _calibrate(self, conf: np.ndarray) -> np.ndarray:
+        """`calibrated` for confidences already in [0, 1]."""
         if not self.learn or conf.size == 0:
             return conf
-        pos = np.minimum(np.arange(conf.shape[1]), self.MAX_POS - 1)[None, :]
+        D = conf.shape[1]
+        pos = self._pos_index.get(D)
+        if pos is None:
+            pos = self._pos_index[D] = np.minimum(np.arange(D), self.MAX_POS - 1)[None, :]
         b = self._bins(conf)
         w = self.prior_weight
-        return (self._bin_acc[pos, b] + w * conf) / (self._bin_n[pos, b] + w)
+        return (np.asarray(self._bin_acc)[pos, b] + w * conf) / (np.asarray(self._bin_n)[pos, b] + w)
 
     def position_alpha(self, z: float = 0.0, behind: bool = False) -> list[float]:
         """Observed conditional acceptance per draft position (prior: `alpha`); with z > 0 its
         upper confidence bound, z standard errors above; `behind`: of the rows furthest behind."""
         w = self.prior_weight
-        n = (self._lag_n if behind else self._pos_n) + w
-        p = ((self._lag_acc if behind else self._pos_acc) + w * self.alpha) / n
+        n = np.asarray(self._lag_n if behind else self._pos_n) + w
+        p = (np.asarray(self._lag_acc if behind else self._pos_acc) + w * self.alpha) / n
         if z:
             p = np.minimum(1.0, p + z * np.sqrt(p * (1.0 - p) / n))
         return p.tolist()
 
     def proposal_rate(self) -> float:
         """Share of rows offered a draft that proposed anything (prior: 1, weight `prior_weight`)."""
-        offered, proposed = self._rows.tolist()
+        offered, proposed = self._rows
         return (proposed + self.prior_weight) / (offered + self.prior_weight)
 
     def _draft_line(self) -> tuple[float, float]:
         """(seconds per drafted token, seconds per drafting step): a decayed least-squares line
         through the observed (tokens drafted, drafter time) of the steps the drafter ran."""
-        n, sd, st, sdd, sdt = self._cost.tolist()
+        n, sd, st, sdd, sdt = self._cost
         if n <= 0 or sd <= 0:
             return 0.0, 0.0
         var = sdd / n - (sd / n) ** 2
@@ -496,7 +550,7 @@ class AdaptiveDraftLength:
                 return D
             else:
                 self._since_probe = 0
-        if 0 < best < max_draft and self._draft_cost()(max_draft) < self.free_draft * self.target_time(batch_size, 0):
+        if 0 < best < max_draft and self._drafting_is_free(batch_size, max_draft):
             # drafting costs next to nothing (prompt lookup): draft the most and leave what to
             # verify to the per-step scheduler, which sees each row's confidence — the average
             # behind `best` mixes strong proposals with weak ones. Only where drafting pays on
@@ -505,6 +559,14 @@ class AdaptiveDraftLength:
             # prompt lookup) and choosing per step ran at 0.977 of plain decoding
             return max_draft
         return best
+
+    def _drafting_is_free(self, batch_size: int, max_draft: int) -> bool:
+        """Whether drafting `max_draft` costs under `free_draft` of a plain step (kept with `_best`)."""
+        key = (batch_size, max_draft, -1.0)
+        free = self._best.get(key)
+        if free is None:
+            free = self._best[key] = self._draft_cost()(max_draft) < self.free_draft * self.target_time(batch_size, 0)
+        return free
 
     def row_weights(self, batch_size: int) -> Optional[list[float]]:
         """What a token of each row is worth this step, for the per-step scheduler. draftwise's
@@ -537,37 +599,51 @@ class AdaptiveDraftLength:
         sooner (φ). Weighting a whole row at 1 counted a strong proposal of the last row in full
         when the next row was one token behind it: prompt lookup at batch 4 then verified 8
         tokens in 30 of 45 steps to save 4 steps of 48, and ran at 0.93 of plain decoding."""
+        parts = self._weight_parts(batch_size)
+        if parts is None:
+            return None
+        first, phi, last, gap = parts
+        out = np.full((batch_size, 1 + D), phi)
+        out[:, 0] = first
+        if last >= 0:
+            out[last, 1:1 + min(gap, D)] = 1.0
+        return out
+
+    def _weight_parts(self, batch_size: int) -> Optional[tuple[list[float], float, int, int]]:
+        """`token_weights` in four numbers: (first-token weight per row, φ, the row alone at the
+        back or −1, how many of its drafts count whole); None where every token counts 1."""
         rem = self._remaining
         if rem is None or batch_size < 2 or len(rem) != batch_size:
             return None
-        phi = self._phi(batch_size)
         first = self.row_weights(batch_size)
         top = max(rem)
-        runner_up = max((r for r in rem if r < top), default=top) if rem.count(top) == 1 else top
-        out = np.full((batch_size, 1 + D), phi)
-        out[:, 0] = first
-        for r, left in enumerate(rem):
-            if left == top and runner_up < top:
-                out[r, 1:1 + min(top - runner_up, D)] = 1.0
-        return out
+        if rem.count(top) > 1:
+            return first, self._phi(batch_size), -1, 0
+        runner_up = max((r for r in rem if r < top), default=top)
+        return first, self._phi(batch_size), rem.index(top), top - runner_up
 
     def _phi(self, batch_size: int) -> float:
-        full = self.target_time(batch_size, 0)
-        return min(1.0, max(0.0, batch_size * (full - self.target_time(batch_size - 1, 0)) / full))
+        phi = self._phis.get(batch_size)
+        if phi is None:      # kept until the step times are next refreshed
+            full = self.target_time(batch_size, 0)
+            phi = self._phis[batch_size] = min(1.0, max(0.0, batch_size * (full - self.target_time(batch_size - 1, 0)) / full))
+        return phi
 
     def _probe_cost(self, batch_size: int, best: int, D: int) -> float:
         """Extra step time of drafting and verifying D tokens instead of `best`, in plain steps."""
         step = self._step_time(batch_size)
         return (step(D) - step(best)) / step(0)
 
-    def observe(self, verified: torch.Tensor, accepted: torch.Tensor, draft_seconds: float = 0.0,
-                drafted: int = 0, offered: Optional[torch.Tensor] = None, target_seconds: float = 0.0) -> None:
+    def observe(self, verified: Union[torch.Tensor, list], accepted: Union[torch.Tensor, list],
+                draft_seconds: float = 0.0, drafted: int = 0, offered: Union[torch.Tensor, list, None] = None,
+                target_seconds: float = 0.0) -> None:
         """The verdict of the step just verified: per row, verified drafts and accepted drafts;
-        `offered`, per row, the drafts the drafter was asked for (the engine's caps);
+        `offered`, per row, the drafts the drafter was asked for (the engine's caps); tensors or
+        lists (the engine passes the lists it already made);
         `target_seconds`, the step's time besides drafting (verification and bookkeeping)."""
         if not self.learn:
             return
-        ver = verified.tolist()
+        ver = verified if isinstance(verified, list) else verified.tolist()
         self._elapsed += target_seconds + draft_seconds
         if self._charge is not None:
             # what the probe really cost over the choice it displaced, measured: priced by the
@@ -584,26 +660,17 @@ class AdaptiveDraftLength:
                 # timings move slowly: decide afresh now and then (each time ~0.15 ms of Python)
                 self._best.clear()
                 self._times.clear()
+                self._phis.clear()
         self._priced = self._priced or drafted > 0 or draft_seconds > 0
         if draft_seconds > 0:
             D = float(drafted)
-            self._cost *= 0.98
-            self._cost += (1.0, D, draft_seconds, D * D, D * draft_seconds)
+            self._cost = [0.98 * c + x for c, x in zip(self._cost, (1.0, D, draft_seconds, D * D, D * draft_seconds))]
         raw, self._raw = self._raw, None
         made, self._proposed = self._proposed, None
         if raw is None:
             return
-        # the choice moves slowly once a few dozen steps are in: decide afresh every 8 steps
-        # (each decision costs ~0.1 ms of Python, a step at batch 1 ~10 ms)
-        self._observed += 1
-        if self._observed < 32 or self._observed % 8 == 0:
-            self._best.clear()
-        # plain Python: for the few (row, position) pairs of a step it beats a dozen numpy calls
-        P, K = self.MAX_POS, self.BINS
-        acc = accepted.tolist()
-        off = offered.tolist() if offered is not None and made is not None else None
-        pos_n, pos_acc, bin_n, bin_acc = self._pos_n, self._pos_acc, self._bin_n, self._bin_acc
-        lag_n, lag_acc = self._lag_n, self._lag_acc
+        acc = accepted if isinstance(accepted, list) else accepted.tolist()
+        off = None if offered is None or made is None else offered if isinstance(offered, list) else offered.tolist()
         lagging = self._behind()
         lagging = lagging if lagging is not None and len(lagging) == len(ver) else None
         if lagging is not None and sum(lagging) > 1:
@@ -614,31 +681,39 @@ class AdaptiveDraftLength:
             seen = {r for r, b in enumerate(lagging) if b and (ver[r] > 0 or (off is not None and off[r] > 0))}
             low = min((acc[r] for r in seen), default=0)
             lagging = [r in seen and acc[r] == low for r in range(len(lagging))]
-        rows_offered = rows_made = 0
-        for r, conf in enumerate(raw.tolist()):
+        # the choice moves slowly once a few dozen steps are in: decide afresh every 8 steps
+        # (each decision costs ~0.1 ms of Python, a step at batch 1 ~10 ms)
+        self._observed += 1
+        if self._observed < 32 or self._observed % 8 == 0:
+            self._best.clear()
+        P, K = self.MAX_POS, self.BINS
+        pos_n, pos_acc, bin_n, bin_acc = self._pos_n, self._pos_acc, self._bin_n, self._bin_acc
+        lag_n, lag_acc = self._lag_n, self._lag_acc
+        rows = raw.tolist() if isinstance(raw, np.ndarray) else raw
+        for r, conf in enumerate(rows):
             a = acc[r]
             behind = lagging is None or lagging[r]
             for j in range(min(ver[r], a + 1, P, len(conf))):     # positions reached and verified
                 y = 1.0 if j < a else 0.0
-                b = min(int(conf[j] * K), K - 1)
+                b = int(conf[j] * K)
+                b = b if b < K else K - 1
                 pos_n[j] += 1.0
                 pos_acc[j] += y
-                bin_n[j, b] += 1.0
-                bin_acc[j, b] += y
+                bin_n[j][b] += 1.0
+                bin_acc[j][b] += y
                 if behind:
                     lag_n[j] += 1.0
                     lag_acc[j] += y
             if off is not None and off[r] > 0:
                 m = made[r]
-                rows_offered += 1
-                rows_made += m > 0
+                self._rows[0] += 1.0
+                self._rows[1] += m > 0
                 # the first position asked for but not proposed, all before it accepted: a
                 # rejection as certain as a verified one
                 if m < off[r] and a == m and ver[r] == m and m < P:
                     pos_n[m] += 1.0
                     if behind:
                         lag_n[m] += 1.0
-        self._rows += (rows_offered, rows_made)
 
     def sps_at(self, batch_size: int) -> Callable[[float], float]:
         """The SPS curve used for a batch of `batch_size` rows."""
@@ -686,21 +761,32 @@ class AdaptiveDraftLength:
         num = proposal.num_tokens
         if self.max_tokens is not None:
             num = num.clamp(max=self.max_tokens)
-        self._proposed = num.tolist()
-        if proposal.tokens.shape[-1] == 0:
-            self._raw = np.zeros((len(self._proposed), 0))
+        proposed = self._proposed = num.tolist()
+        B, D = proposal.tokens.shape[0], proposal.tokens.shape[-1]
+        if D == 0 or max(proposed, default=0) == 0:
+            self._raw = np.zeros((B, 0))       # nothing proposed: nothing to calibrate or decide
             return torch.zeros_like(num, dtype=torch.long)
-        raw = _unit(_as_np(self.confidence(proposal)))
-        self._raw = raw
+        conf = self.confidence(proposal)
+        small = self.padded and B * D <= self.SMALL and not (self.learn and self._probing)
+        if small:
+            # plain Python end to end: a handful of (row, position) pairs, where numpy's per-call
+            # cost made the scheduler ~0.25 ms of a 12 ms step at batch 2
+            raw = self._raw = [[0.0 if c < 0.0 else 1.0 if c > 1.0 else c for c in row] for row in conf.tolist()]
+            parts = self._weight_parts(B)
+            cal = self._calibrate_rows(raw)
+            times = self._width_times(B, D)
+            w = _best_width_rows(cal, proposed, times) if parts is None else _best_width_rows(cal, proposed, times, *parts)
+            w = num.clamp(max=w)
+            return w if w.dtype == torch.long else w.long()
+        raw = self._raw = _unit(_as_np(conf))
         if self.learn and self._probing:    # a probe step decided by draft_cap (the engine drives it)
             # explore: verify everything drafted, or an uncalibrated pessimistic confidence would
             # never be verified and so never corrected (decided before verification: lossless)
             return num.clone()
-        B, D = raw.shape
         if not self.padded:
             return schedule_prefix(self.calibrated(raw), num, self.learned_sps(B))
-        w = _best_width(self.calibrated(raw), self._proposed, self._width_times(B, D), self.token_weights(B, D))
-        return torch.tensor([min(w, m) for m in self._proposed], dtype=torch.long, device=num.device)
+        w = _best_width(self._calibrate(raw), proposed, self._width_times(B, D), self.token_weights(B, D))
+        return num.clamp(max=w).long()
 
 
 def measure_sps_curve(runner, batch_size: int, context_length: int, max_tokens: int = 16,
