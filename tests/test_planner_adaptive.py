@@ -554,3 +554,43 @@ def test_the_small_batch_path_decides_as_the_numpy_path(data):
     assert caps[0] == caps[1]
     prop = Proposal(tokens=torch.zeros(B, D, dtype=torch.long), num_tokens=num, confidence=conf)
     assert small(prop).tolist() == big(prop).tolist()
+
+
+def test_a_drafter_priced_ahead_needs_no_pricing_step():
+    """Without a price the first step drafts and verifies one token to learn it; a price measured
+    ahead (a profile's draft_step_times) lets the first step decide: here, a drafter costing a
+    second a token is not worth drafting at all."""
+    flat = lambda N: 100.0                                        # noqa: E731
+    assert AdaptiveDraftLength(flat).draft_cap(1, 4) == 1
+    priced = AdaptiveDraftLength(flat, draft_token_seconds=lambda b: 1.0)
+    assert priced.draft_cap(1, 4) == 0 and not priced._probing
+    assert priced.draft_time(3) == pytest.approx(3.0)
+    cheap = AdaptiveDraftLength(flat, draft_token_seconds=lambda b: 1e-6)
+    assert cheap.draft_cap(1, 4) == 4 and not cheap._probing    # α = 0.7 prior, free verification
+
+
+def test_generate_prices_a_draft_model_from_a_profile_that_timed_it(tmp_path):
+    import draftwise
+    from draftwise.planner.hardware import get_hardware
+    from draftwise.planner.profile import save_profile
+    from tiny_models import build, noisy_copy
+
+    model = build("llama", seed=0)
+    model.generation_config.eos_token_id = None
+    prompts = [[1, 2, 3, 4, 5, 1, 2, 3], [9, 8, 7, 9, 8]]
+    ref = draftwise.generate(model, prompts, max_new_tokens=16)
+    tgt = draftwise.load_target(model)
+    seen = {}
+    for name, cfg in (("timed", model.config.to_dict()), ("other", dict(model.config.to_dict(), num_hidden_layers=5))):
+        hw = get_hardware("cpu")
+        hw.draft_config = cfg
+        hw.draft_step_times = [{"B": 1, "L": 8, "seconds": 2e-3}, {"B": 2, "L": 8, "seconds": 3e-3}]
+        save_profile(hw, tmp_path / f"{name}.json")
+        drafter = draftwise.build_drafter(noisy_copy(model, 0.05), tgt)
+        out = draftwise.generate(tgt, prompts, drafter=drafter, num_draft_tokens=4, max_new_tokens=16,
+                                 adaptive=str(tmp_path / f"{name}.json"))
+        assert [o.token_ids for o in out] == [o.token_ids for o in ref]
+        (sched,) = tgt._schedulers[drafter].values()
+        seen[name] = sched.draft_token_seconds
+    assert seen["timed"](2) == pytest.approx(3e-3)     # this very draft model: the profile's price
+    assert seen["other"] is None                       # another one: priced by its first step

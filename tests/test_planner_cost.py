@@ -144,7 +144,7 @@ def test_measured_draft_model_token_times():
     other = dict(draft_cfg, num_hidden_layers=2)                            # another draft: modelled
     d2 = drafter_desc("draft_model", cm.target, config=other)
     assert cm.drafter_time(d2, 1, 3, 100) != pytest.approx(3 * cm.drafter_time(d2, 1, 1, 100) + 1)
-    assert cm._measured_draft_token(d2, 1, 100) is None
+    assert cm.measured_draft_token(d2, 1, 100) is None
 
 
 def test_profiled_grid_interpolates_and_extrapolates_with_the_model():

@@ -113,10 +113,26 @@ def _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens, draft, max_new_tok
     except TypeError:        # not weak-referenceable: a fresh scheduler each call
         mine = {}
     if key not in mine:
-        mine[key] = AdaptiveDraftLength(sps_for_batch=for_batch)
+        mine[key] = AdaptiveDraftLength(sps_for_batch=for_batch,
+                                        draft_token_seconds=_profiled_draft_price(tgt, source, draft, L))
     elif new_curve:
         mine[key].refresh_curves()
     return mine[key]
+
+
+def _profiled_draft_price(tgt, source, draft, L):
+    """Seconds per drafted token by batch size where the profile `source` measured this very draft
+    model (its `draft_step_times`), else None: the scheduler then prices the drafter itself."""
+    from .drafters.draft_model import DraftModelDrafter
+    if source is None or not isinstance(draft, DraftModelDrafter):
+        return None
+    from .planner.cost import CostModel
+    from .planner.model import drafter_desc
+    cm = CostModel(tgt.model.config, source)
+    desc = drafter_desc("draft_model", cm.target, config=draft.runner.model.config)
+    if cm.measured_draft_token(desc, 1, int(L)) is None:
+        return None
+    return lambda b: cm.drafter_time(desc, b, 1, int(L))
 
 
 def generate(

@@ -252,7 +252,8 @@ class AdaptiveDraftLength:
       the curve mapped onto the speed observed — a shared machine drifts by tens of per cent, and
       a step pays for more than the forward the curve times (the acceptance test, bookkeeping);
     - exploration: every step that drafts D and verifies it observes positions 1…D. The first
-      step drafts and verifies one token, which prices the drafter; then, periodically, the
+      step drafts and verifies one token, which prices the drafter (unless `draft_token_seconds`,
+      from a profile that measured this drafter, gives the price ahead); then, periodically, the
       scheduler probes past the current choice and verifies all of it: the full
       D where that costs at most `probe_budget` plain steps (prompt lookup at small batches, whose
       acceptance rises along the draft, so one position deeper would not pay while four would),
@@ -279,7 +280,8 @@ class AdaptiveDraftLength:
                  *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None, learn: bool = True,
                  prior_weight: float = 4.0, probe_every: int = 8, padded: bool = True,
                  max_probe_interval: int = 64, probe_budget: float = 2.0, optimism: float = 2.0,
-                 free_draft: float = 0.1, explore: float = 0.02):
+                 free_draft: float = 0.1, explore: float = 0.02,
+                 draft_token_seconds: Optional[Callable[[int], float]] = None):
         if sps_curve is None and sps_for_batch is None:
             raise ValueError("give sps_curve or sps_for_batch")
         self.sps = _as_sps(sps_curve) if sps_curve is not None else None
@@ -296,6 +298,7 @@ class AdaptiveDraftLength:
         self.explore = float(explore)         # probes may cost at most this share of the time decoded
         self.padded = padded     # draftwise pads the verify block: cost follows the widest row
         self.skips_idle = False  # set by the engine: a step drafting nothing costs the drafter nothing
+        self.draft_token_seconds = draft_token_seconds   # batch size → seconds a drafted token, measured ahead
         self.reset_stats()
 
     def reset_stats(self) -> None:
@@ -521,6 +524,13 @@ class AdaptiveDraftLength:
             return max_draft
         if self.max_tokens is not None:
             max_draft = min(max_draft, self.max_tokens)
+        if not self._priced and self.draft_token_seconds is not None:
+            # a profile measured this drafter: start from its price (worth `prior_weight` steps
+            # drafting one token each) instead of paying a pricing step; probes, within their
+            # budget, then learn the rest (a draft model's catch-up on the prompts included)
+            t, w = float(self.draft_token_seconds(batch_size)), self.prior_weight
+            self._cost = [w, w, w * t, w, w * t]
+            self._priced = True
         if not self._priced:
             # the drafter's price is unknown: draft and verify one token to learn it. A full-length
             # first probe with a draft model at batch 8 (its catch-up on the prompt, 8 sequential

@@ -168,7 +168,7 @@ class CostModel:
         n_layers = len(drafter.model.layers) if drafter.model is not None else len(drafter.layers)
         per_pass = self._pass_overhead(n_layers)
         if drafter.model is not None:   # a standalone draft model: D sequential single-token steps
-            measured = self._measured_draft_token(drafter, B, L)
+            measured = self.measured_draft_token(drafter, B, L)
             if measured is not None:
                 return D * measured
             one = sum(self.forward_breakdown(drafter.model, B, 1, L).values())
@@ -184,7 +184,7 @@ class CostModel:
         extra = drafter.per_token_head_flops * B / hw.gemm_throughput(B)
         return s * (once + D * (sum(br.values()) + extra)) + D * per_pass
 
-    def _measured_draft_token(self, drafter: DrafterDesc, B: int, L: int) -> Optional[float]:
+    def measured_draft_token(self, drafter: DrafterDesc, B: int, L: int) -> Optional[float]:
         """One draft-model token from the profile's draft_step_times when they were measured on this
         draft model: nearest context, then log-linear in B (linear per row beyond the largest B)."""
         pts, cfg = self.hw.draft_step_times, self.hw.draft_config
