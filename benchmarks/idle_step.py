@@ -1,4 +1,4 @@
-"""What a decoding step that drafts nothing costs besides the target forward (BENCHMARKS §5.0):
+"""What a decoding step that drafts nothing costs besides the target forward (BENCHMARKS §5.0c):
 plain decoding against adaptive D whose scheduler is primed never to draft (the A/A case), on the
 zoo pair, per-step drafter and other columns of the engine's step records.
 
