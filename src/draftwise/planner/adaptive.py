@@ -168,11 +168,16 @@ def _best_width(conf: np.ndarray, valid: list, times: list, weights: Optional[Se
             gain, tau = (wt @ surv).tolist(), float(wt.sum())
         else:          # [B, 1 + D]: the first (always emitted) token, then each draft position
             gain, tau = (wt[:, 1:top + 1] * surv).sum(0).tolist(), float(wt[:, 0].sum())
+    return _argmax_width(tau, gain, times)
+
+
+def _argmax_width(tau: float, gain: list, times: list) -> int:
+    """The width w maximising Θ(w) = (τ + Σ_{j<w} gain[j]) / times[w] (the smallest on ties)."""
     if tau <= 0:
         return 0
     best, w = tau / times[0], 0
-    for j in range(top):
-        tau += gain[j]
+    for j, g in enumerate(gain):
+        tau += g
         theta = tau / times[j + 1]
         if theta > best * (1 + 1e-9):
             best, w = theta, j + 1
@@ -196,15 +201,7 @@ def _best_width_rows(cal: list, valid: list, times: list, first: Optional[list] 
             surv *= row[j]
             gain[j] += surv if j < whole else phi * surv
     tau = float(len(cal)) if first is None else float(sum(first))
-    if tau <= 0:
-        return 0
-    best, w = tau / times[0], 0
-    for j in range(top):
-        tau += gain[j]
-        theta = tau / times[j + 1]
-        if theta > best * (1 + 1e-9):
-            best, w = theta, j + 1
-    return w
+    return _argmax_width(tau, gain, times)
 
 
 def expected_throughput(confidence: torch.Tensor, lengths: torch.Tensor, sps: SPSLike) -> float:
