@@ -286,8 +286,7 @@ def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain, T_target=No
     return res, T_target
 
 
-def _plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, check_memory,
-               min_gain=DEFAULT_MIN_GAIN) -> dict:
+def _plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, check_memory, min_gain) -> dict:
     res, T_target = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain)
     T0 = T_target[0]
     per = {}
