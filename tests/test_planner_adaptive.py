@@ -594,3 +594,38 @@ def test_generate_prices_a_draft_model_from_a_profile_that_timed_it(tmp_path):
         seen[name] = sched.draft_token_seconds
     assert seen["timed"](2) == pytest.approx(3e-3)     # this very draft model: the profile's price
     assert seen["other"] is None                       # another one: priced by its first step
+
+
+def test_a_drafters_catch_up_on_the_prompts_does_not_price_its_tokens():
+    """A draft model's first proposal in a batch also prefills it with the prompts. Taken as the
+    price of the one token drafted, that one-off made drafting look many target steps dear, and
+    adaptive D never drafted again to learn otherwise: the pricing step is redone once caught up."""
+    import time
+
+    import draftwise
+    from draftwise.drafters.ngram import NgramDrafter
+    from tiny_models import build
+
+    class SlowStart(NgramDrafter):
+        def start(self, ctx):
+            super().start(ctx)
+            self.first = True
+
+        def propose(self, ctx, max_tokens):
+            caps.append(int(max_tokens.max()))
+            if self.first:
+                time.sleep(0.05)      # the prompts' catch-up, 50 ms
+                self.first = False
+            return super().propose(ctx, max_tokens)
+
+    model = build("llama", seed=0)
+    model.generation_config.eos_token_id = None
+    prompts = [[1, 2, 3, 4, 1, 2, 3, 4, 1, 2]]
+    ref = draftwise.generate(model, prompts, max_new_tokens=12)
+    sched, caps = AdaptiveDraftLength(lambda N: 1.0 / (0.01 + 1e-5 * N)), []
+    out = draftwise.generate(model, prompts, drafter=SlowStart(), num_draft_tokens=4, max_new_tokens=12,
+                             adaptive=sched)
+    assert [o.token_ids for o in out] == [o.token_ids for o in ref]
+    assert caps[:2] == [1, 1]                          # priced on the second step, not the first
+    assert sched.draft_time(1) < 0.01, sched._draft_line()
+    assert max(caps[2:]) == 4, caps                    # cheap: drafted in full from then on

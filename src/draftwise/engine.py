@@ -81,6 +81,7 @@ def decode(
     # a scheduler that learns from verified steps (AdaptiveDraftLength) also sets the draft length
     learner = scheduler if hasattr(scheduler, "draft_cap") and hasattr(scheduler, "observe") else None
     skippable = drafter is not None and drafter.catches_up
+    fresh = skippable     # its first proposal also feeds it the prompts: a one-off, not a price
     if learner is not None:
         learner.skips_idle = skippable   # a step that drafts nothing then costs the drafter nothing
 
@@ -160,7 +161,9 @@ def decode(
             # and this loop's bookkeeping, which every width pays (forward alone made a 9-token
             # verification look 2.0 plain steps at batch 1 where the whole step cost 1.7)
             learner.observe(k_l, acc_l, t_drafter if drafting else 0.0, int(prop.tokens.shape[1]),
-                            offered=caps_l if drafting else None, target_seconds=time.perf_counter() - t0 - t_drafter)
+                            offered=caps_l if drafting else None, target_seconds=time.perf_counter() - t0 - t_drafter,
+                            catch_up=fresh and drafting)
+        fresh = fresh and not drafting
         active, ctx = _drop_finished(reqs, active, ctx, target, drafter)
         stats.steps[-1].t_other = (time.perf_counter() - t0) - stats.steps[-1].t_target - stats.steps[-1].t_drafter
 

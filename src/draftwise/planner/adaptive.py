@@ -250,7 +250,8 @@ class AdaptiveDraftLength:
       a step pays for more than the forward the curve times (the acceptance test, bookkeeping);
     - exploration: every step that drafts D and verifies it observes positions 1…D. The first
       step drafts and verifies one token, which prices the drafter (unless `draft_token_seconds`,
-      from a profile that measured this drafter, gives the price ahead); then, periodically, the
+      from a profile that measured this drafter, gives the price ahead; a step in which the drafter
+      also fed itself the prompts prices nothing, the next one does); then, periodically, the
       scheduler probes past the current choice and verifies all of it: the full
       D where that costs at most `probe_budget` plain steps (prompt lookup at small batches, whose
       acceptance rises along the draft, so one position deeper would not pay while four would),
@@ -643,11 +644,13 @@ class AdaptiveDraftLength:
 
     def observe(self, verified: Union[torch.Tensor, list], accepted: Union[torch.Tensor, list],
                 draft_seconds: float = 0.0, drafted: int = 0, offered: Union[torch.Tensor, list, None] = None,
-                target_seconds: float = 0.0) -> None:
+                target_seconds: float = 0.0, catch_up: bool = False) -> None:
         """The verdict of the step just verified: per row, verified drafts and accepted drafts;
         `offered`, per row, the drafts the drafter was asked for (the engine's caps); tensors or
         lists (the engine passes the lists it already made);
-        `target_seconds`, the step's time besides drafting (verification and bookkeeping)."""
+        `target_seconds`, the step's time besides drafting (verification and bookkeeping);
+        `catch_up`, whether the drafter also absorbed the prompts this step (its first proposal
+        in a batch)."""
         if not self.learn:
             return
         ver = verified if isinstance(verified, list) else verified.tolist()
@@ -668,6 +671,13 @@ class AdaptiveDraftLength:
                 self._best.clear()
                 self._times.clear()
                 self._phis.clear()
+        if catch_up and not self._priced:
+            # the pricing step of a drafter that first fed itself the prompts (a draft model's
+            # prefill) measured that one-off, not drafting: a 1k-token prompt made one drafted
+            # token look like several target steps, and nothing was drafted again to correct it.
+            # Price it on the next step instead. Once priced, such steps count as they are: a
+            # probe in a new batch does pay the catch-up.
+            draft_seconds, drafted = 0.0, 0
         self._priced = self._priced or drafted > 0 or draft_seconds > 0
         if draft_seconds > 0:
             D = float(drafted)
