@@ -156,6 +156,27 @@ def table(root: Path) -> str:
     return "\n".join(rows)
 
 
+def widths(folder: Path) -> str:
+    """Median target ms of a step by configuration and verified width (rows as at the start), to
+    compare the steps a configuration takes with another's of the same shape."""
+    units = load_units(folder / "units.jsonl")
+    B = max(s[0] for u in units for c in u["configs"].values() for s in c["steps"])
+    seen: dict[tuple[str, int], list[float]] = {}
+    for u in units:
+        for n, c in u["configs"].items():
+            for rows, width, tt, _, _ in c["steps"]:
+                if rows == B:
+                    seen.setdefault((n, width), []).append(tt)
+    names = sorted({n for n, _ in seen}, key=lambda n: (n != "plain", n))
+    ws = sorted({w for _, w in seen})
+    rows = [f"| config | {' | '.join(f'width {w}' for w in ws)} |", "|---" * (1 + len(ws)) + "|"]
+    for n in names:
+        cells = [f"{1e3 * statistics.median(seen[(n, w)]):.1f} ({len(seen[(n, w)])})" if (n, w) in seen else "–"
+                 for w in ws]
+        rows.append(f"| {n} | {' | '.join(cells)} |")
+    return f"{folder.name}: median target ms (steps) at {B} rows\n" + "\n".join(rows)
+
+
 def main() -> None:
     ap = adaptive_parser(__doc__, requests=16)
     ap.add_argument("--max-new-tokens", type=int, default=48)
@@ -164,9 +185,14 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="a folder for the units (resumable) and the summary")
     ap.add_argument("--table", default=None, metavar="DIR",
                     help="print a markdown table of the runs in DIR's subfolders (nothing is decoded)")
+    ap.add_argument("--widths", default=None, metavar="DIR",
+                    help="print the median target time of a step by configuration and width in the run DIR")
     args = ap.parse_args()
     if args.table:
         print(table(Path(args.table)))
+        return
+    if args.widths:
+        print(widths(Path(args.widths)))
         return
     label = f"{args.drafter}, {args.dataset}, batch {args.batch_size}"
     units = run(args)

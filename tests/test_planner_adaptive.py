@@ -629,3 +629,39 @@ def test_a_drafters_catch_up_on_the_prompts_does_not_price_its_tokens():
     assert caps[:2] == [1, 1]                          # priced on the second step, not the first
     assert sched.draft_time(1) < 0.01, sched._draft_line()
     assert max(caps[2:]) == 4, caps                    # cheap: drafted in full from then on
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 10.0), st.floats(0.1, 5.0)), min_size=1, max_size=17))
+def test_step_times_are_fitted_nondecreasing(points):
+    """Pool adjacent violators: nondecreasing, the weighted total kept, sorted input untouched,
+    and no nondecreasing sequence nearer in weighted squares (checked against perturbations)."""
+    from draftwise.planner.adaptive import _nondecreasing
+
+    v, w = [p[0] for p in points], [p[1] for p in points]
+    fit = _nondecreasing(v, w)
+    assert all(a <= b + 1e-9 for a, b in zip(fit, fit[1:]))
+    assert sum(f * x for f, x in zip(fit, w)) == pytest.approx(sum(a * x for a, x in zip(v, w)))
+    assert _nondecreasing(sorted(v), w) == pytest.approx(sorted(v))
+    loss = lambda f: sum(x * (a - b) ** 2 for a, b, x in zip(v, f, w))     # noqa: E731
+    for k in range(len(fit)):
+        for d in (-1e-3, 1e-3):
+            other = list(fit)
+            other[k] += d
+            if all(a <= b for a, b in zip(other, other[1:])):
+                assert loss(other) >= loss(fit) - 1e-9
+
+
+def test_a_dip_in_the_curve_is_not_a_cheap_width():
+    """A measured curve put 2 drafts per row below a plain step: the scheduler's step times are
+    nondecreasing in width all the same, before and after steps are observed."""
+    dip = {1: 10.0, 2: 11.0, 3: 12.0, 4: 10.5, 5: 13.0}         # step ms by verified tokens (batch 1)
+    sched = AdaptiveDraftLength(lambda N: 1e3 / dip.get(int(N), 13.0 + N))
+    times = [sched.target_time(1, w) for w in range(6)]
+    assert all(a <= b for a, b in zip(times, times[1:])), times
+    assert times[3] == pytest.approx(times[2]) and times[2] > 1e-3 * 11.0
+    sched.observe([2], [1], target_seconds=0.0115)
+    sched.observe([0], [0], target_seconds=0.0100)
+    sched.refresh_curves()           # step times are otherwise re-read every 16 steps
+    times = [sched.target_time(1, w) for w in range(6)]
+    assert all(a <= b for a, b in zip(times, times[1:])), times

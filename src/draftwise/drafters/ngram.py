@@ -65,10 +65,13 @@ class NgramIndex:
         L = len(seq)
         if L - 1 < self.upto:
             raise ValueError("NgramIndex: the sequence got shorter; build a new index for a new sequence")
-        for e in range(self.upto + 1, L):
-            for n in self.sizes:
-                if e >= n:
-                    self.ends[n][tuple(seq[e - n:e])] = e
+        for n in self.sizes:
+            # the n-grams seq[e - n:e] for e = lo … L − 1, built by zip and stored by dict.update
+            # (both in C, a later end overwriting an earlier one): a 1k-token prompt in ~0.3 ms,
+            # where a Python loop over tuples took 3.7 ms
+            lo = max(self.upto + 1, n)
+            if lo < L:
+                self.ends[n].update(zip(zip(*(seq[lo - n + i:L - n + i] for i in range(n))), range(lo, L)))
         self.upto = L - 1
         if k <= 0:
             return [], 0
@@ -91,10 +94,10 @@ class NgramDrafter(Drafter):
         self._rows: list[NgramIndex] = []
 
     def start(self, ctx: DraftContext) -> None:
-        # index the prompts now, not in the first proposal: a proposal's time is the drafter's
-        # price per token to the run-time scheduler, and a 1k-token prompt indexed there (3.7 ms,
-        # a third of a target step) priced prompt lookup at 3.7 ms a token — adaptive D then
-        # never drafted again, so never saw the real price (~0.03 ms)
+        # index the prompts now (0.6 ms for 1k tokens), not in the first proposal: a proposal's
+        # time is the drafter's price per token to the run-time scheduler, and a 1k-token prompt
+        # indexed there (then 3.7 ms, a third of a target step) priced prompt lookup at 3.7 ms a
+        # token — adaptive D never drafted again, so never saw the real price (~0.03 ms)
         self._rows = [NgramIndex(self.max_n, self.min_n) for _ in ctx.sequences]
         for idx, seq in zip(self._rows, ctx.sequences):
             idx.match(seq, 0)

@@ -88,23 +88,19 @@ class SuffixDrafter(Drafter):
         self._seen: list[int] = []
 
     def start(self, ctx: DraftContext) -> None:
-        # index the prompts now, not in the first proposal, whose time prices the drafter per
-        # token for the run-time scheduler (see NgramDrafter.start)
+        # the prompts are indexed by the first proposal, not here: at depth 24 a 1k-token prompt
+        # takes ~0.2 s of Python, which adaptive D that never drafts should not pay (the engine
+        # tells the scheduler that proposal also caught up, so it does not price a token by it)
         self._local = [SuffixTrie(self.depth) for _ in ctx.sequences]
         self._seen = [0] * len(ctx.sequences)
-        for i, seq in enumerate(ctx.sequences):
-            self._catch_up(i, seq)
-
-    def _catch_up(self, i: int, seq: list[int]) -> None:
-        # index everything but the last token, so a match always has a continuation to offer
-        self._local[i].extend(seq[self._seen[i]: len(seq) - 1])
-        self._seen[i] = len(seq) - 1
 
     def propose(self, ctx: DraftContext, max_tokens: torch.Tensor) -> Proposal:
         rows = []
         for i, (seq, cap) in enumerate(zip(ctx.sequences, max_tokens.tolist())):
             trie = self._local[i]
-            self._catch_up(i, seq)
+            # index everything but the last token, so a match always has a continuation to offer
+            trie.extend(seq[self._seen[i]: len(seq) - 1])
+            self._seen[i] = len(seq) - 1
             best, best_score = [], 0.0
             for t in (trie, self.global_trie):
                 m, node = t.match(seq)
