@@ -180,7 +180,7 @@ def test_draft_cap_from_acceptance_and_drafter_cost():
     # a cheap drafter (a fifth of a step per token) whose drafts are never accepted: one-token
     # probes (the full 8 would cost 1.6 plain steps > probe_budget 1.5), ever rarer, until the
     # evidence rules out that drafting pays; then none
-    cheap = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7, probe_budget=1.5)
+    cheap = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7, probe_budget=1.5, explore=0.02)
     caps = _drive(cheap, 2000, 0.5, lambda cap: 0, 0.002)
     drafted = [i for i, c in enumerate(caps) if c]
     probes = [i for i, c in enumerate(caps) if c == 1]
@@ -195,8 +195,12 @@ def test_draft_cap_from_acceptance_and_drafter_cost():
     # a drafter whose first three drafts are always accepted and the rest never: draft three once
     # the misses past three are beyond doubt (a cheap drafter probes the full D to find out)
     for per_token in (0.002, 0.006):   # a full probe: +1.0 or +3.0 plain steps
-        caps = _drive(AdaptiveDraftLength(lambda N: 100.0, alpha=0.7), 200, 0.9, lambda cap: min(cap, 3), per_token)
+        caps = _drive(AdaptiveDraftLength(lambda N: 100.0, alpha=0.7, explore=0.02), 200, 0.9,
+                      lambda cap: min(cap, 3), per_token)
         assert set(caps[100:]) == {3} and (per_token > 0.002 or 8 in caps), caps
+    # the default budget (0.5 %) learns the same, with probes four times rarer
+    caps = _drive(AdaptiveDraftLength(lambda N: 100.0, alpha=0.7), 400, 0.9, lambda cap: min(cap, 3), 0.002)
+    assert set(caps[100:]) <= {3, 8} and caps[100:].count(8) <= 3 and caps[-50:] == [3] * 50, caps
     # free drafting, verification cost flat and high acceptance: draft everything allowed
     assert _priced(AdaptiveDraftLength(lambda N: 100.0, alpha=0.9)).draft_cap(4, 8) == 8
     assert _priced(AdaptiveDraftLength(lambda N: 100.0, alpha=0.9, max_tokens=3)).draft_cap(4, 8) == 3
@@ -342,7 +346,7 @@ def test_probes_spend_at_most_the_exploration_budget():
     still spends at most `explore` (2 %) of the decoding time on probes: a full probe here costs
     1.6 plain steps, so ~12 of them in 1000 steps, not one per step."""
     sched = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7, probe_every=1, max_probe_interval=1,
-                                optimism=50.0, probe_budget=100.0)
+                                optimism=50.0, probe_budget=100.0, explore=0.02)
     caps = _drive(sched, 1000, 0.5, lambda cap: 0, 0.002)
     probes = sum(1 for c in caps if c == 8)
     assert 5 <= probes <= 15, probes
@@ -354,7 +358,7 @@ def test_probes_are_charged_what_they_measured():
     a slow wide step) are charged what they took: the budget then allows a third as many."""
     def drive(slow: float) -> tuple[AdaptiveDraftLength, int]:
         sched = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7, probe_every=1, max_probe_interval=1,
-                                    optimism=50.0, probe_budget=100.0)
+                                    optimism=50.0, probe_budget=100.0, explore=0.02)
         probes = 0
         for _ in range(1000):
             cap = sched.draft_cap(4, 8)

@@ -277,8 +277,7 @@ class AdaptiveDraftLength:
       plain steps). Until observed, a position's acceptance is the prior `alpha`. The period
       starts at `probe_every` steps and doubles, up to `max_probe_interval`, each time a probe
       finds drafting still does not pay: where the best choice is not to speculate, probes are
-      the whole cost of being adaptive (a period of up to 64 steps cost prompt lookup 1–3 % in
-      static batches of 4–16, where plain decoding is best; 256 is reached after ~250 steps). A probe is made only while it could pay: the choice
+      the whole cost of being adaptive (256 steps is reached after ~250 steps without a paying probe). A probe is made only while it could pay: the choice
       under acceptance `optimism` standard errors above the observed rates (a position never
       observed: near 1) must exceed the current one. A draft model at batch 1 whose first draft
       is accepted 40 % of the time stops probing after a handful of probes; each one, in a new
@@ -297,7 +296,7 @@ class AdaptiveDraftLength:
                  *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None, learn: bool = True,
                  prior_weight: float = 4.0, probe_every: int = 8, padded: bool = True,
                  max_probe_interval: int = 256, probe_budget: float = 2.0, optimism: float = 2.0,
-                 free_draft: float = 0.1, explore: float = 0.02,
+                 free_draft: float = 0.1, explore: float = 0.005,
                  draft_token_seconds: Optional[Callable[[int], float]] = None):
         if sps_curve is None and sps_for_batch is None:
             raise ValueError("give sps_curve or sps_for_batch")
