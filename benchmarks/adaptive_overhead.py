@@ -1,4 +1,4 @@
-"""Python cost of the run-time scheduler per decoding step (BENCHMARKS §5.0, §5.1): draft_cap, the
+"""Python cost of the run-time scheduler per decoding step (BENCHMARKS §5.0d, §5.1): draft_cap, the
 per-step schedule and observe, for a batch of 2 rows offered 8 drafts.
 
     python benchmarks/adaptive_overhead.py            # without any model, a hot loop
