@@ -67,7 +67,7 @@ class NgramIndex:
             raise ValueError("NgramIndex: the sequence got shorter; build a new index for a new sequence")
         for n in self.sizes:
             # the n-grams seq[e - n:e] for e = lo … L − 1, built by zip and stored by dict.update
-            # (both in C, a later end overwriting an earlier one): a 1k-token prompt in ~0.3 ms,
+            # (both in C, a later end overwriting an earlier one): a 1k-token prompt in ~0.6 ms,
             # where a Python loop over tuples took 3.7 ms
             lo = max(self.upto + 1, n)
             if lo < L:

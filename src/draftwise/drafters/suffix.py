@@ -90,7 +90,7 @@ class SuffixDrafter(Drafter):
     def start(self, ctx: DraftContext) -> None:
         # the prompts are indexed by the first proposal, not here: at depth 24 a 1k-token prompt
         # takes ~0.2 s of Python, which adaptive D that never drafts should not pay (the engine
-        # tells the scheduler that proposal also caught up, so it does not price a token by it)
+        # tells the scheduler so, which then does not take the first one as a token's price)
         self._local = [SuffixTrie(self.depth) for _ in ctx.sequences]
         self._seen = [0] * len(ctx.sequences)
 

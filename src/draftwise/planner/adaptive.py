@@ -250,9 +250,9 @@ class AdaptiveDraftLength:
       and the drafter time measured per drafted token (plus the drafter's per-step cost when the
       engine skips a drafter that drafts nothing, `skips_idle`); `schedule_width` (draftwise's
       padded verify block) or, with padded=False, the per-row `schedule_prefix` then picks how
-      many of them to verify. Where drafting pays on average and costs under `free_draft` of a
-      plain step (prompt lookup), every step drafts the most: what to verify is then decided per
-      step from each row's confidence (for prompt lookup, from the matched length: first-draft
+      many of them to verify. At batch 1, where drafting pays on average and costs under
+      `free_draft` of a plain step (prompt lookup), every step drafts the most: what to verify is
+      then decided per step from the row's confidence (for prompt lookup, from the matched length: first-draft
       acceptance 20–39 % after a 1-token match, 59–82 % after a 3-token one), not from the
       average behind argmax_D;
     - proposals the drafter did not make (prompt lookup without a match, or a match shorter than
@@ -276,10 +276,10 @@ class AdaptiveDraftLength:
       else one position deeper (a draft model; at batch 16 its full-length probe costs about six
       plain steps). Until observed, a position's acceptance is the prior `alpha`. The period
       starts at `probe_every` steps and doubles, up to `max_probe_interval`, each time a probe
-      finds drafting still does not pay: where the best choice is not to speculate, probes are
-      the whole cost of being adaptive (256 steps is reached after ~250 steps without a paying probe). A probe is made only while it could pay: the choice
-      under acceptance `optimism` standard errors above the observed rates (a position never
-      observed: near 1) must exceed the current one. A draft model at batch 1 whose first draft
+      finds drafting still does not pay (256 after ~250 steps of such probes): where the best
+      choice is not to speculate, probes are the whole cost of being adaptive. A probe is made
+      only while it could pay: the choice under acceptance `optimism` standard errors above the
+      observed rates (a position never observed: near 1) must exceed the current one. A draft model at batch 1 whose first draft
       is accepted 40 % of the time stops probing after a handful of probes; each one, in a new
       request, first has to feed the draft the whole prompt. Probes together may cost at most
       `explore` of the decoding time so far — the first step's pricing included; a probe waits
@@ -579,11 +579,12 @@ class AdaptiveDraftLength:
                 self._since_probe = 0
         if batch_size == 1 and 0 < best < max_draft and self._drafting_is_free(batch_size, max_draft):
             # drafting costs next to nothing (prompt lookup): draft the most and leave what to
-            # verify to the per-step scheduler, which sees each row's confidence — the average
+            # verify to the per-step scheduler, which sees the row's confidence — the average
             # behind `best` mixes strong proposals with weak ones. Only where drafting pays on
-            # average: in static batches a row's extra tokens mostly end it sooner; and at batch 1
-            # with a 1k-token context, where no fixed D paid, drafting every step (0.4 ms of
-            # prompt lookup) and choosing per step ran at 0.977 of plain decoding
+            # average (at 1k tokens, where no fixed D paid, drafting every step and choosing per
+            # step ran at 0.977 of plain decoding), and only at batch 1: in a static batch a row's
+            # extra tokens mostly end it sooner, and at batch 2 this verified 5–8 drafts for as
+            # many steps as D = 3 took (0.966 of D = 3, BENCHMARKS §5.0)
             return max_draft
         return best
 
