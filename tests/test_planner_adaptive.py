@@ -423,6 +423,25 @@ def test_step_times_observed_override_the_curve():
     assert a.learned_sps(1)(5) == pytest.approx(1 / a.target_time(1, 4))
 
 
+def test_a_width_timed_only_while_the_process_was_cold_fades_back_to_the_curve():
+    """Batch 2: the first steps of a process verified 2 drafts at 17 ms while a plain step cost 12;
+    afterwards only plain steps (12 ms) are timed. The curve says 2 drafts cost 1.25 plain steps:
+    the stale 17 ms fades to that instead of pricing verification for the rest of the run — and
+    one old probe alone does not set the price of every width either."""
+    curve = {2: 10.0, 4: 11.0, 6: 12.5, 8: 13.0, 10: 13.5, 12: 14.0, 14: 14.5, 16: 15.0, 18: 15.5}
+    sched = AdaptiveDraftLength(lambda N: 1e3 / curve.get(int(N), 15.5), probe_every=1000)
+    for w in [0, 2] * 9:
+        sched.observe([w, w], [0, 0], target_seconds=0.017 if w else 0.012)
+    sched.refresh_curves()
+    assert sched.target_time(2, 2) > 0.016               # what it just saw
+    for _ in range(300):
+        sched.observe([0, 0], [0, 0], target_seconds=0.012)
+    sched.refresh_curves()
+    assert sched.target_time(2, 0) == pytest.approx(0.012, rel=0.02)
+    assert sched.target_time(2, 2) == pytest.approx(0.012 * 12.5 / 10.0, rel=0.03)
+    assert sched.target_time(2, 8) == pytest.approx(0.012 * 15.5 / 10.0, rel=0.03)
+
+
 def test_engine_adaptive_drafts_less_for_a_useless_expensive_drafter():
     """A random draft model (acceptance ≈ 0) learns to draft ~nothing; greedy output is unchanged."""
     import draftwise

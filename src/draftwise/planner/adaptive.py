@@ -290,6 +290,7 @@ class AdaptiveDraftLength:
     """
 
     MAX_POS, BINS = 16, 10
+    FORGET = 0.98   # a timed step's weight after each later step at its batch size (~50 steps' memory)
     SMALL = 64      # (row, position) pairs up to which the per-step schedule runs on plain lists
 
     def __init__(self, sps_curve: Optional[SPSLike] = None, alpha: float = 0.7, max_tokens: Optional[int] = None,
@@ -328,7 +329,8 @@ class AdaptiveDraftLength:
         self._rows = [0.0, 0.0]    # rows offered a draft, rows that proposed anything
         self._pos_index: dict[int, np.ndarray] = {}        # draft position per column, for `_calibrate`
         self._phis: dict[int, float] = {}                  # φ per batch size, refreshed with `_times`
-        self._tt: dict[tuple[int, int], list[float]] = {}   # (rows, width) → decayed [count, seconds]
+        self._tt: dict[tuple[int, int], list[float]] = {}   # (rows, width) → [count, seconds, clock then]
+        self._clock: dict[int, int] = {}                   # steps timed per batch size
         self._tt_seen = 0
         self._observed = 0
         self._times: dict[int, list[float]] = {}           # target_time per width, refreshed every 16 steps
@@ -450,25 +452,41 @@ class AdaptiveDraftLength:
                 [1.0 / curve(batch_size * (1 + w)) for w in range(widths)])
         return prior
 
+    def _seen(self, batch_size: int, widths: int) -> list[tuple[float, float, int]]:
+        """(count, seconds, width) of the steps timed at `batch_size`, every one aged by the steps
+        timed since at that batch size, whatever their width. Aged only when its own width came
+        round again, a width seen in the first steps of a process (cold caches: 17 ms where it
+        later cost 15, at 12 ms a plain step) kept that price for good, and made verifying at
+        batch 2 look dear for the whole run."""
+        now, keep = self._clock.get(batch_size, 0), self.FORGET
+        return [(n * keep ** (now - at), t * keep ** (now - at), w)
+                for (b, w), (n, t, at) in self._tt.items() if b == batch_size and w < widths]
+
     def _mapping(self, batch_size: int, widths: int) -> tuple[float, float]:
         """(a, b) of t ≈ a + b·curve fitted to the steps observed at `batch_size`: one width seen
-        (plain decoding) rescales the curve; two or more also correct its slope, the price of width."""
+        (plain decoding) rescales the curve; two or more also correct its slope, the price of
+        width — in proportion to the (aged) steps seen beyond the commonest width, against
+        `prior_weight`: two points fit a line exactly, and one old probe would otherwise set the
+        price of every width."""
         prior = self._prior_times(batch_size, widths)
-        seen = [(n, t, w) for (b, w), (n, t) in self._tt.items() if b == batch_size and w < widths]
+        seen = self._seen(batch_size, widths)
         if not seen:
             return 0.0, 1.0
         W = sum(n for n, _, _ in seen)
         mx, my = sum(n * prior[w] for n, _, w in seen) / W, sum(t for _, t, _ in seen) / W
+        scale = my / mx
         vxx = sum(n * prior[w] ** 2 for n, _, w in seen) / W - mx * mx
         if vxx > 1e-6 * mx * mx:
             slope = (sum(t * prior[w] for _, t, w in seen) / W - mx * my) / vxx
             if 0.0 <= slope and my - slope * mx >= 0.0:
-                return my - slope * mx, slope
-        return 0.0, my / mx
+                other = W - max(n for n, _, _ in seen)
+                lam = other / (other + self.prior_weight)
+                return lam * (my - slope * mx), lam * slope + (1.0 - lam) * scale
+        return 0.0, scale
 
     def _target_times(self, batch_size: int, widths: int) -> list[float]:
         prior = self._prior_times(batch_size, widths)
-        seen = [(n, t, w) for (b, w), (n, t) in self._tt.items() if b == batch_size and w < widths]
+        seen = self._seen(batch_size, widths)
         observed = {b for b, _ in self._tt}
         # a batch size not yet observed (the batch less one row, for `row_weights`) borrows the
         # mapping of the nearest one observed: the machine's drift is the same for both. Taken raw
@@ -682,9 +700,12 @@ class AdaptiveDraftLength:
             self._explored += max(target_seconds + draft_seconds - self._charge, 1e-9)
             self._charge = None
         if target_seconds > 0 and ver:
-            key = (len(ver), max(ver))
-            n, t = self._tt.get(key, (0.0, 0.0))
-            self._tt[key] = [0.98 * n + 1.0, 0.98 * t + target_seconds]
+            B = len(ver)
+            now = self._clock[B] = self._clock.get(B, 0) + 1
+            key = (B, max(ver))
+            n, t, at = self._tt.get(key, (0.0, 0.0, now))
+            age = self.FORGET ** (now - at)
+            self._tt[key] = [age * n + 1.0, age * t + target_seconds, now]
             self._tt_seen += 1
             if self._tt_seen % (16 if self._tt_seen < 512 else 64) == 0:
                 # timings move slowly: decide afresh now and then (each time ~0.15 ms of Python)
