@@ -353,34 +353,6 @@ def test_probes_spend_at_most_the_exploration_budget():
     assert sched._explored <= 0.02 * sched._elapsed + 0.016
 
 
-def test_a_probe_waits_for_the_prompts_a_drafter_must_first_absorb():
-    """A draft model that has not yet seen this batch's prompts must first feed them (here 0.2 s
-    of target prefill): a probe now costs that catch-up too. Priced as the drafted tokens alone it
-    fits the budget and runs; priced with the catch-up it waits. What a catch-up really cost
-    (draft seconds beyond the drafted tokens, per second of pending prefill) is then learned."""
-    def fresh(pending: float) -> int:
-        # a plain step 10 ms, each drafted token verified 5 ms more: at α = 0.3 drafting does not
-        # pay, and a probe is one position deeper (its price is over half a plain step)
-        sched = AdaptiveDraftLength(lambda N: 1.0 / (0.010 + 0.00125 * (N - 4)), alpha=0.3, optimism=50.0,
-                                    probe_budget=0.5, explore=0.02, draft_token_seconds=lambda b: 0.002)
-        for _ in range(100):           # 1 s of plain decoding: a 20 ms budget
-            sched.observe(torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long), target_seconds=0.010)
-        return sched.draft_cap(4, 8, catch_up=pending)
-    assert fresh(0.0) == 1            # 2 ms of drafting and a 5 ms wider step: 7 ms
-    assert fresh(0.1) == 0            # + 0.1 × (2 ms / 10 ms) = 20 ms of catch-up: over budget
-
-    sched = _priced(AdaptiveDraftLength(lambda N: 100.0, probe_every=1000), 0.002)
-    for _ in range(8):                # each catch-up: 0.1 s beyond its drafted tokens, 0.2 s pending
-        sched.draft_cap(1, 4, catch_up=0.2)
-        sched(Proposal(tokens=torch.zeros(1, 4, dtype=torch.long), num_tokens=torch.tensor([4]),
-                       confidence=torch.full((1, 4), 0.5)))
-        sched.observe(torch.tensor([4]), torch.tensor([0]), draft_seconds=0.008 + 0.1, drafted=4,
-                      target_seconds=0.010, catch_up=True)
-        sched.observe(torch.tensor([4]), torch.tensor([0]), draft_seconds=0.008, drafted=4, target_seconds=0.010)
-    sched.draft_cap(1, 4, catch_up=0.2)
-    assert sched._catch_up_price(1) == pytest.approx(0.1, rel=0.25)
-
-
 def test_probes_are_charged_what_they_measured():
     """Probe steps that really take three times what the model prices them (a drafter catching up,
     a slow wide step) are charged what they took: the budget then allows a third as many."""

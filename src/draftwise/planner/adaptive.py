@@ -341,8 +341,6 @@ class AdaptiveDraftLength:
         self._charge: Optional[float] = None   # a probe step's modelled price had it not probed
         self._wait_until = 0.0                 # no probe before this much time decoded (budget)
         self._priced = False                   # a drafting step observed: the drafter's price is known
-        self._pending = 0.0                    # target prefill seconds the drafter has yet to absorb
-        self._kappa = [0.0, 0.0]               # catch-ups seen: count, Σ drafter seconds / pending prefill
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
         self._proposed: Optional[list[int]] = None    # per row, drafts the drafter made this step
         self._remaining: Optional[list[int]] = None   # per row, tokens it may still generate this step
@@ -552,14 +550,11 @@ class AdaptiveDraftLength:
         self._best[key] = best
         return best
 
-    def draft_cap(self, batch_size: int, max_draft: int, remaining: Optional[Sequence[int]] = None,
-                  catch_up: float = 0.0) -> int:
+    def draft_cap(self, batch_size: int, max_draft: int, remaining: Optional[Sequence[int]] = None) -> int:
         """How many tokens to draft this step (before drafting); `remaining`, per row, the tokens
-        it may still generate (for `row_weights`); `catch_up`, the target's seconds to prefill what
-        the drafter must absorb before it can propose (a catching-up drafter's prompts), 0 if none."""
+        it may still generate (for `row_weights`)."""
         self._probing = False
         self._remaining = None if remaining is None else list(remaining)
-        self._pending = float(catch_up)
         if not self.learn or max_draft <= 0:
             return max_draft
         if self.max_tokens is not None:
@@ -587,8 +582,7 @@ class AdaptiveDraftLength:
             # the choice. Once enough steps rule that out, probes stop costing anything.
             full = self._probe_cost(batch_size, best, max_draft)
             D = max_draft if full <= self.probe_budget else best + 1
-            price = (full if D == max_draft else self._probe_cost(batch_size, best, D)) * self.target_time(batch_size, 0) \
-                + self._catch_up_price(batch_size)
+            price = (full if D == max_draft else self._probe_cost(batch_size, best, D)) * self.target_time(batch_size, 0)
             if self._explored + price > self.explore * self._elapsed:
                 # over the exploration budget: wait until it covers this probe (pricing it every
                 # step while waiting cost ~25 µs a step, 0.1 % at batch 16)
@@ -611,19 +605,6 @@ class AdaptiveDraftLength:
             # many steps as D = 3 took (0.966 of D = 3, BENCHMARKS §5.0)
             return max_draft
         return best
-
-    def _catch_up_price(self, batch_size: int) -> float:
-        """Seconds the drafter would spend absorbing what it has yet to see, if it drafted now:
-        the pending prefill times the drafter's cost relative to the target's — learned from the
-        catch-ups observed, at first the ratio of a drafted token to a plain target step. A
-        draft model's first probe in a batch of 8 × 256 tokens spent 115 ms feeding the prompts
-        (a plain step: 14 ms); priced as one drafted token it fit the budget, and that cell ran at
-        0.984 of plain decoding (BENCHMARKS §5.0)."""
-        if self._pending <= 0.0:
-            return 0.0
-        n, total = self._kappa
-        prior = self._draft_cost()(1) / self.target_time(batch_size, 0)
-        return self._pending * (total + prior) / (n + 1.0)
 
     def _drafting_is_free(self, batch_size: int, max_draft: int) -> bool:
         """Whether drafting `max_draft` costs under `free_draft` of a plain step (kept with `_best`)."""
@@ -731,9 +712,6 @@ class AdaptiveDraftLength:
                 self._best.clear()
                 self._times.clear()
                 self._phis.clear()
-        if catch_up and self._pending > 0.0 and self._priced and draft_seconds > 0:
-            extra = draft_seconds - self._draft_cost()(drafted)
-            self._kappa = [self._kappa[0] + 1.0, self._kappa[1] + max(extra, 0.0) / self._pending]
         if catch_up and not self._priced:
             # the pricing step of a drafter that first fed itself the prompts (a draft model's
             # prefill) measured that one-off, not drafting: a 1k-token prompt made one drafted
