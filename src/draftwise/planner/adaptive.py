@@ -262,9 +262,10 @@ class AdaptiveDraftLength:
       made prompt lookup look worth drafting at batch 8, where every step then verified
       B·(1 + D) tokens for far fewer accepted ones;
     - step times: the SPS curve (a profile, or a measurement before decoding) is the prior; the
-      time of every verified step besides drafting, by width, is blended in (`target_time`), and
-      the curve mapped onto the speed observed — a shared machine drifts by tens of per cent, and
-      a step pays for more than the forward the curve times (the acceptance test, bookkeeping);
+      time of every verified step besides drafting, by width, is blended in (`target_time`), each
+      aged by every later step at its batch size, and the curve mapped onto the speed observed —
+      a shared machine drifts by tens of per cent, and a step pays for more than the forward the
+      curve times (the acceptance test, bookkeeping);
       both the curve and the blend are kept nondecreasing in width (a measured curve dips);
     - exploration: every step that drafts D and verifies it observes positions 1…D. The first
       step drafts and verifies one token, which prices the drafter (unless `draft_token_seconds`,
@@ -602,7 +603,7 @@ class AdaptiveDraftLength:
             # average (at 1k tokens, where no fixed D paid, drafting every step and choosing per
             # step ran at 0.977 of plain decoding), and only at batch 1: in a static batch a row's
             # extra tokens mostly end it sooner, and at batch 2 this verified 5–8 drafts for as
-            # many steps as D = 3 took (0.966 of D = 3, BENCHMARKS §5.0)
+            # many steps as D = 3 took (0.966 of D = 3, BENCHMARKS §5.0e)
             return max_draft
         return best
 
