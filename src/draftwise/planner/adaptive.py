@@ -456,9 +456,9 @@ class AdaptiveDraftLength:
     def _seen(self, batch_size: int, widths: int) -> list[tuple[float, float, int]]:
         """(count, seconds, width) of the steps timed at `batch_size`, every one aged by the steps
         timed since at that batch size, whatever their width. Aged only when its own width came
-        round again, a width seen in the first steps of a process (cold caches: 17 ms where it
-        later cost 15, at 12 ms a plain step) kept that price for good, and made verifying at
-        batch 2 look dear for the whole run."""
+        round again, a width timed only in the first, slowest steps of a process (cold caches,
+        first allocations) kept that price for good and made verifying at batch 2 look dear for
+        the whole run (BENCHMARKS §5.0)."""
         now, keep = self._clock.get(batch_size, 0), self.FORGET
         return [(n * keep ** (now - at), t * keep ** (now - at), w)
                 for (b, w), (n, t, at) in self._tt.items() if b == batch_size and w < widths]
