@@ -252,9 +252,9 @@ class AdaptiveDraftLength:
       padded verify block) or, with padded=False, the per-row `schedule_prefix` then picks how
       many of them to verify. At batch 1, where drafting pays on average and costs under
       `free_draft` of a plain step (prompt lookup), every step drafts the most: what to verify is
-      then decided per step from the row's confidence (for prompt lookup, from the matched length: first-draft
-      acceptance 20–39 % after a 1-token match, 59–82 % after a 3-token one), not from the
-      average behind argmax_D;
+      then decided per step from the row's confidence (for prompt lookup, from the matched
+      length: first-draft acceptance 20–39 % after a 1-token match, 59–82 % after a 3-token
+      one), not from the average behind argmax_D;
     - proposals the drafter did not make (prompt lookup without a match, or a match shorter than
       offered) count as rejections at the first missing position, and the share of rows that
       propose anything, r, weighs the step time as in the planner: with probability (1 − r)^B no
@@ -280,14 +280,14 @@ class AdaptiveDraftLength:
       finds drafting still does not pay (256 after ~250 steps of such probes): where the best
       choice is not to speculate, probes are the whole cost of being adaptive. A probe is made
       only while it could pay: the choice under acceptance `optimism` standard errors above the
-      observed rates (a position never observed: near 1) must exceed the current one. A draft model at batch 1 whose first draft
-      is accepted 40 % of the time stops probing after a handful of probes; each one, in a new
-      request, first has to feed the draft the whole prompt. Probes together may cost at most
-      `explore` of the decoding time so far — the first step's pricing included; a probe waits
-      while the model's price of it would overrun the budget, and then is charged what it
-      measured over the model's price of the choice it displaced: at batch 8 a full-length probe
-      costs 0.7 of a plain step, and where drafting never pays that bound is the whole price of
-      being adaptive.
+      observed rates (a position never observed: near 1) must exceed the current one. A draft
+      model at batch 1 whose first draft is accepted 40 % of the time stops probing after a
+      handful of probes; each one, in a new request, first has to feed the draft the whole
+      prompt. Probes together may cost at most `explore` of the decoding time so far — the first
+      step's pricing included; a probe waits while the model's price of it would overrun the
+      budget, and then is charged what it measured over the model's price of the choice it
+      displaced: at batch 8 a full-length probe costs 0.7 of a plain step, and where drafting
+      never pays that bound is the whole price of being adaptive.
     """
 
     MAX_POS, BINS = 16, 10
@@ -459,9 +459,12 @@ class AdaptiveDraftLength:
         round again, a width timed only in the first, slowest steps of a process (cold caches,
         first allocations) kept that price for good and made verifying at batch 2 look dear for
         the whole run (BENCHMARKS §5.0)."""
-        now, keep = self._clock.get(batch_size, 0), self.FORGET
-        return [(n * keep ** (now - at), t * keep ** (now - at), w)
-                for (b, w), (n, t, at) in self._tt.items() if b == batch_size and w < widths]
+        now, out = self._clock.get(batch_size, 0), []
+        for (b, w), (n, t, at) in self._tt.items():
+            if b == batch_size and w < widths:
+                age = self.FORGET ** (now - at)
+                out.append((n * age, t * age, w))
+        return out
 
     def _mapping(self, batch_size: int, widths: int) -> tuple[float, float]:
         """(a, b) of t ≈ a + b·curve fitted to the steps observed at `batch_size`: one width seen
