@@ -1,4 +1,4 @@
-"""What one verification forward costs by the drafts each row verifies (BENCHMARKS §5.0e, §5.0).
+"""What one verification forward costs by the drafts each row verifies (BENCHMARKS §5.0e, §5.0f).
 
     python benchmarks/ragged_verify.py --batch-size 2 --dataset throughput-256 \
         --pattern 0,0 --pattern 3,3 --pattern 2,2 --pattern 2,0 --pattern 8,8 --pattern 8,0

@@ -345,6 +345,8 @@ class AdaptiveDraftLength:
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
         self._proposed: Optional[list[int]] = None    # per row, drafts the drafter made this step
         self._remaining: Optional[list[int]] = None   # per row, tokens it may still generate this step
+        self._shapes: dict[tuple, list] = {}   # batch 1, drafting the most: confidence bins → [steps, raw row]
+        self._full = False                     # this step drafts the most at batch 1 (its shape is noted)
 
     def refresh_curves(self) -> None:
         """Forget the curves looked up per batch size (a new one was measured); keeps what was learned."""
@@ -362,8 +364,8 @@ class AdaptiveDraftLength:
         """Observed acceptance rate for these raw confidences [B, D] (prior: the raw value)."""
         return self._calibrate(_unit(_as_np(conf)))
 
-    def _calibrate_rows(self, rows: list) -> list:
-        """`_calibrate` for a small batch, on lists."""
+    def _calibrate_rows(self, rows: list, z: float = 0.0) -> list:
+        """`_calibrate` for a small batch, on lists; with z > 0, z standard errors above."""
         if not self.learn:
             return rows
         acc, n, w, K, P = self._bin_acc, self._bin_n, self.prior_weight, self.BINS, self.MAX_POS
@@ -374,7 +376,9 @@ class AdaptiveDraftLength:
                 p = j if j < P else P - 1
                 b = int(c * K)
                 b = b if b < K else K - 1
-                cal.append((acc[p][b] + w * c) / (n[p][b] + w))
+                m = n[p][b] + w
+                v = (acc[p][b] + w * c) / m
+                cal.append(min(1.0, v + z * math.sqrt(v * (1.0 - v) / m)) if z else v)
             out.append(cal)
         return out
 
@@ -458,7 +462,7 @@ class AdaptiveDraftLength:
         timed since at that batch size, whatever their width. Aged only when its own width came
         round again, a width timed only in the first, slowest steps of a process (cold caches,
         first allocations) kept that price for good and made verifying at batch 2 look dear for
-        the whole run (BENCHMARKS §5.0)."""
+        the whole run (BENCHMARKS §5.0f)."""
         now, out = self._clock.get(batch_size, 0), []
         for (b, w), (n, t, at) in self._tt.items():
             if b == batch_size and w < widths:
@@ -557,12 +561,17 @@ class AdaptiveDraftLength:
     def draft_cap(self, batch_size: int, max_draft: int, remaining: Optional[Sequence[int]] = None) -> int:
         """How many tokens to draft this step (before drafting); `remaining`, per row, the tokens
         it may still generate (for `row_weights`)."""
-        self._probing = False
+        self._probing = self._full = False
         self._remaining = None if remaining is None else list(remaining)
         if not self.learn or max_draft <= 0:
             return max_draft
         if self.max_tokens is not None:
             max_draft = min(max_draft, self.max_tokens)
+        cap = self._decide_cap(batch_size, max_draft)
+        self._full = batch_size == 1 and cap == max_draft
+        return cap
+
+    def _decide_cap(self, batch_size: int, max_draft: int) -> int:
         if not self._priced and self.draft_token_seconds is not None:
             # a profile measured this drafter: start from its price (worth `prior_weight` steps
             # drafting one token each) instead of paying a pricing step; probes, within their
@@ -578,6 +587,9 @@ class AdaptiveDraftLength:
             self._charge = self._step_time(batch_size)(0)
             return 1
         best = self._best_cap(batch_size, max_draft)
+        # at batch 1, where drafting costs next to nothing (prompt lookup), the alternative to the
+        # average's best D is drafting and verifying per step by the proposals seen (`_shape_cap`)
+        free = batch_size == 1 and best < max_draft and self._drafting_is_free(batch_size, max_draft)
         self._since_probe += 1
         if self._since_probe >= self._interval and best < max_draft and self._elapsed >= self._wait_until:
             # probe past the choice and verify it, or a pessimistic estimate (or a position never
@@ -591,7 +603,8 @@ class AdaptiveDraftLength:
                 # over the exploration budget: wait until it covers this probe (pricing it every
                 # step while waiting cost ~25 µs a step, 0.1 % at batch 16)
                 self._wait_until = (self._explored + price) / self.explore if self.explore > 0 else math.inf
-            elif self._best_cap(batch_size, D, self.optimism) > best:
+            elif self._best_cap(batch_size, D, self.optimism) > best or (
+                    free and D == max_draft and self._shape_cap(max_draft, self.optimism) > self._shape_cap(max_draft)):
                 self._since_probe = 0
                 self._interval = self.probe_every if best > 0 else min(2 * self._interval, self.max_probe_interval)
                 self._probing = True
@@ -599,16 +612,59 @@ class AdaptiveDraftLength:
                 return D
             else:
                 self._since_probe = 0
-        if batch_size == 1 and 0 < best < max_draft and self._drafting_is_free(batch_size, max_draft):
-            # drafting costs next to nothing (prompt lookup): draft the most and leave what to
-            # verify to the per-step scheduler, which sees the row's confidence — the average
-            # behind `best` mixes strong proposals with weak ones. Only where drafting pays on
-            # average (at 1k tokens, where no fixed D paid, drafting every step and choosing per
-            # step ran at 0.977 of plain decoding), and only at batch 1: in a static batch a row's
-            # extra tokens mostly end it sooner, and at batch 2 this verified 5–8 drafts for as
-            # many steps as D = 3 took (0.966 of D = 3, BENCHMARKS §5.0e)
-            return max_draft
+        if free:
+            # drafting costs next to nothing (prompt lookup): draft as the proposals seen say and
+            # leave what to verify to the per-step scheduler, which sees the row's confidence —
+            # the average behind `best` mixes strong proposals with weak ones. Only at batch 1: in
+            # a static batch a row's extra tokens mostly end it sooner, and at batch 2 drafting the
+            # most verified 5–8 drafts for as many steps as D = 3 took (0.966 of D = 3, §5.0e)
+            return self._shape_cap(max_draft)
         return best
+
+    SHAPES = 64     # proposals seen at batch 1 before `_shape_cap` may draft less than the most
+
+    def _shape_cap(self, max_draft: int, z: float = 0.0) -> int:
+        """At batch 1, where drafting costs next to nothing (prompt lookup), how many tokens to
+        draft when the per-step scheduler then verifies each proposal as its confidence says:
+        for every cap d ≤ `max_draft`, each proposal shape seen (its confidence bins; a prompt
+        lookup's matched length) cut to d, weighted by how often it came, verified at the width the
+        scheduler would pick, that width's price plus drafting d's. With z, acceptance z standard
+        errors above the observed (may a probe still find that more pays?).
+
+        Not the average's best D: one match in fifteen is 3 tokens long and accepted 4 drafts in
+        8, the rest accept a fifth of a first draft, so per position every fixed D gains ~2 % —
+        a few probes decided between plain decoding and drafting, and two runs in three locked
+        into plain where verifying per step gained 9 % (BENCHMARKS §5.0f). Until `SHAPES`
+        proposals are seen it drafts the most (every such step notes one); after that only probes
+        add shapes, so the shapes, not a few probes' acceptance, decide."""
+        key = (1, max_draft, -2.0 - z)
+        cap = self._best.get(key)
+        if cap is not None:
+            return cap
+        shapes = list(self._shapes.values())
+        if sum(n for n, _ in shapes) < self.SHAPES:
+            cap = max_draft
+        else:
+            times = self._width_times(1, max_draft)
+            draft = self._draft_cost()
+            tokens, seconds = [0.0] * (max_draft + 1), [0.0] * (max_draft + 1)
+            for n, row in shapes:
+                cal = self._calibrate_rows([row[:max_draft]], z)[0]
+                # the scheduler's width for the shape cut to d is the best width ≤ d: a running argmax
+                tau, w_tau, best, surv = 1.0, 1.0, 1.0 / times[0], 1.0
+                w = 0
+                for d in range(max_draft + 1):
+                    if 0 < d <= len(cal):
+                        surv *= cal[d - 1]
+                        tau += surv
+                        if tau / times[d] > best * (1 + 1e-9):
+                            best, w, w_tau = tau / times[d], d, tau
+                    tokens[d] += n * w_tau
+                    seconds[d] += n * times[w]
+            rate = [t / (s + sum(n for n, _ in shapes) * draft(d)) for d, (t, s) in enumerate(zip(tokens, seconds))]
+            cap = max(range(max_draft + 1), key=lambda d: (rate[d] * (1 - 1e-9 * d), -d))
+        self._best[key] = cap
+        return cap
 
     def _drafting_is_free(self, batch_size: int, max_draft: int) -> bool:
         """Whether drafting `max_draft` costs under `free_draft` of a plain step (kept with `_best`)."""
@@ -819,6 +875,16 @@ class AdaptiveDraftLength:
             return proposal.probs.max(-1).values
         return torch.full(tokens.shape, self.alpha, dtype=torch.float32, device=tokens.device)
 
+    def _note_shape(self, row: list) -> None:
+        """Count a proposal drafted at full length at batch 1, by its confidence bins (for `_shape_cap`)."""
+        row = [0.0 if c < 0.0 else 1.0 if c > 1.0 else c for c in row]
+        key = tuple(min(int(c * self.BINS), self.BINS - 1) for c in row)
+        seen = self._shapes.get(key)
+        if seen is not None:
+            seen[0] += 1.0
+        elif len(self._shapes) < 1024:     # a draft model's probabilities: shapes without end
+            self._shapes[key] = [1.0, row]
+
     def __call__(self, proposal) -> torch.LongTensor:
         num = proposal.num_tokens
         if self.max_tokens is not None:
@@ -827,8 +893,12 @@ class AdaptiveDraftLength:
         B, D = proposal.tokens.shape[0], proposal.tokens.shape[-1]
         if D == 0 or max(proposed, default=0) == 0:
             self._raw = np.zeros((B, 0))       # nothing proposed: nothing to calibrate or decide
+            if self._full:
+                self._note_shape([])
             return torch.zeros_like(num, dtype=torch.long)
         conf = self.confidence(proposal)
+        if self._full:
+            self._note_shape(conf[0, :proposed[0]].tolist())
         small = self.padded and B * D <= self.SMALL and not (self.learn and self._probing)
         if small:
             # plain Python end to end: a handful of (row, position) pairs, where numpy's per-call
