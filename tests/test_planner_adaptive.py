@@ -351,40 +351,77 @@ def test_at_batch_1_rare_strong_proposals_keep_prompt_lookup_drafting():
 
 def test_in_a_static_batch_a_row_ahead_is_worth_little():
     """Batch 4, one row 5 tokens behind the others (it decides when the batch ends). A strong
-    proposal in a row that is ahead would only end that row sooner, saving φ = B·(t(4) − t(3))/t(4)
-    of a token per token; the same proposal in the row behind is worth verifying."""
+    proposal in a row that is ahead would only end that row sooner, saving Δ = t(4) − t(3) a token,
+    φ = 4·Δ/t(4) of a row's token; the same proposal in the row behind also ends the batch sooner,
+    saving the step's fixed cost f = t(1) − Δ too: worth verifying."""
     sps = lambda N: 1.0 / (0.010 + 0.0002 * N)   # noqa: E731
     sched = AdaptiveDraftLength(sps, probe_every=1000)
     sched.draft_cap(4, 4, remaining=[10, 5, 5, 5])
-    phi = 4 * 0.0002 / 0.0108
-    weights = sched.row_weights(4)
-    assert weights == pytest.approx([1.0, phi, phi, phi])
+    phi, beta = 4 * 0.0002 / 0.0108, 4 * 0.0100 / 0.0108
+    worth = sched.static_worth(4)
+    assert (worth.phi, worth.back, worth.gap, worth.beta) == (pytest.approx(phi), (0,), 5, pytest.approx(beta))
     sched.draft_cap(4, 4, remaining=[7, 7, 7, 7])
-    # all level: one of the four will be last, so each is worth 1/4 of a whole token and 3/4 of φ
-    assert sched.row_weights(4) == pytest.approx([0.25 + 0.75 * phi] * 4)
+    # all level: the batch's end moves only where all four accept, for as long as they have left
+    assert sched.static_worth(4)[1:3] == ((0, 1, 2, 3), 7)
+    sched.draft_cap(4, 4, remaining=[10, 5, 5, 5])
+    weights, joint = sched._numpy_worth(4, 4)
     strong, weak, num = torch.full((4,), 0.9), torch.zeros(4), torch.full((4,), 4)
     ahead, behind = torch.stack([weak, strong, weak, weak]), torch.stack([strong, weak, weak, weak])
-    assert schedule_width(ahead, num, sps).tolist() == [4] * 4            # every token alike: verify
-    assert schedule_width(ahead, num, sps, weights).tolist() == [0] * 4   # a row ahead gains: not worth it
-    assert schedule_width(behind, num, sps, weights).tolist() == [4] * 4  # the row behind gains: worth it
+    assert schedule_width(ahead, num, sps).tolist() == [4] * 4                   # every token alike: verify
+    assert schedule_width(ahead, num, sps, weights, joint).tolist() == [0] * 4   # a row ahead gains: not worth it
+    assert schedule_width(behind, num, sps, weights, joint).tolist() == [4] * 4  # the row behind gains: worth it
 
 
-def test_a_draft_of_the_last_row_counts_whole_only_up_to_the_gap():
+def test_a_draft_of_the_last_row_moves_the_end_only_up_to_the_gap():
     """The last row ends the batch sooner only while it stays alone at the back: 5 tokens behind
     the next row, its four strong drafts are all worth verifying; 1 token behind, only the first;
     level with the others, none (the batch ends with whichever of them is last)."""
     sps = lambda N: 1.0 / (0.010 + 0.0002 * N)   # noqa: E731
     sched = AdaptiveDraftLength(sps, probe_every=1000)
-    phi = 4 * 0.0002 / 0.0108
     strong, weak, num = torch.full((4,), 0.9), torch.zeros(4), torch.full((4,), 4)
     behind = torch.stack([strong, weak, weak, weak])
     for remaining, width in (([10, 5, 5, 5], 4), ([10, 9, 5, 5], 1), ([7, 7, 7, 7], 0)):
         sched.draft_cap(4, 4, remaining=remaining)
-        w = sched.token_weights(4, 4)
-        assert w[1:, 1:] == pytest.approx(np.full((3, 4), phi))
-        assert schedule_width(behind, num, sps, w).tolist() == [width] * 4, remaining
-    sched.draft_cap(4, 4, remaining=[10, 9, 5, 5])
-    assert sched.token_weights(4, 4)[0].tolist() == pytest.approx([1.0, 1.0, phi, phi, phi])
+        assert schedule_width(behind, num, sps, *sched._numpy_worth(4, 4)).tolist() == [width] * 4, remaining
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_a_static_batch_step_is_worth_what_it_takes_off_plain_decoding(data):
+    """With t(k) = f + k·Δ for k rows, what plain decoding of what is left would cost is
+    Σ_m t(rows with ≥ m tokens left). The per-step scheduler's worth of verifying width w must
+    be exactly what the step takes off that, in expectation over which drafts are accepted —
+    checked by enumerating every outcome, for widths within the gap where it is exact (and a
+    lower bound beyond it). The weights up to 409cf22 (1 for the last row, φ for the others)
+    fail this: they price a plain step at 1 + (B − 1)·φ, not B."""
+    import itertools
+    from draftwise.planner.adaptive import _gains_rows
+    B, D = data.draw(st.integers(2, 4)), data.draw(st.integers(1, 3))
+    f, dlt = data.draw(st.floats(0.002, 0.02)), data.draw(st.floats(0.0002, 0.005))
+    t = lambda k: f + k * dlt if k else 0.0                        # noqa: E731
+    sched = AdaptiveDraftLength(sps_for_batch=lambda b: (lambda N: 1.0 / t(b)), probe_every=10 ** 6)
+    remaining = data.draw(st.lists(st.integers(D, 12), min_size=B, max_size=B))   # drafts each may still take
+    cal = [data.draw(st.lists(st.floats(0.0, 1.0), min_size=D, max_size=D)) for _ in range(B)]
+    sched.draft_cap(B, D, remaining=remaining)
+    worth = sched.static_worth(B)
+    tau, gain = _gains_rows(cal, [D] * B, worth)
+    cost = lambda n: sum(t(sum(x >= m for x in n)) for m in range(1, max(n) + 1))  # noqa: E731
+    for w in range(D + 1):
+        expect = 0.0
+        for acc in itertools.product(range(w + 1), repeat=B):
+            p = 1.0
+            for r, a in enumerate(acc):
+                surv = [1.0]
+                for c in cal[r][:w]:
+                    surv.append(surv[-1] * c)
+                p *= surv[a] - (surv[a + 1] if a < w else 0.0)
+            left = [n + 1 for n in remaining]                    # a step emits 1 + accepted tokens
+            expect += p * (cost(left) - cost([n - 1 - a for n, a in zip(left, acc)]))
+        model = (tau + sum(gain[:w])) * t(B) / B
+        if w <= worth.gap:
+            assert model == pytest.approx(expect, rel=1e-6, abs=1e-12), (w, remaining)
+        else:
+            assert model <= expect + 1e-12
 
 
 def test_the_choice_of_d_follows_the_rows_behind():
@@ -415,6 +452,34 @@ def test_probes_spend_at_most_the_exploration_budget():
     probes = sum(1 for c in caps if c == 8)
     assert 5 <= probes <= 15, probes
     assert sched._explored <= 0.02 * sched._elapsed + 0.016
+
+
+def test_a_probe_waits_for_the_prompts_a_drafter_must_first_absorb():
+    """A draft model that has not yet seen this batch's prompts must first feed them (here 0.2 s
+    of target prefill): a probe now costs that catch-up too. Priced as the drafted tokens alone it
+    fits the budget and runs; priced with the catch-up it waits. What a catch-up really cost
+    (draft seconds beyond the drafted tokens, per second of pending prefill) is then learned."""
+    def fresh(pending: float) -> int:
+        # a plain step 10 ms, each drafted token verified 5 ms more: at α = 0.3 drafting does not
+        # pay, and a probe is one position deeper (its price is over half a plain step)
+        sched = AdaptiveDraftLength(lambda N: 1.0 / (0.010 + 0.00125 * (N - 4)), alpha=0.3, optimism=50.0,
+                                    probe_budget=0.5, explore=0.02, draft_token_seconds=lambda b: 0.002)
+        for _ in range(100):           # 1 s of plain decoding: a 20 ms budget
+            sched.observe(torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long), target_seconds=0.010)
+        return sched.draft_cap(4, 8, catch_up=pending)
+    assert fresh(0.0) == 1            # 2 ms of drafting and a 5 ms wider step: 7 ms
+    assert fresh(0.1) == 0            # + 0.1 × (2 ms / 10 ms) = 20 ms of catch-up: over budget
+
+    sched = _priced(AdaptiveDraftLength(lambda N: 100.0, probe_every=1000), 0.002)
+    for _ in range(8):                # each catch-up: 0.1 s beyond its drafted tokens, 0.2 s pending
+        sched.draft_cap(1, 4, catch_up=0.2)
+        sched(Proposal(tokens=torch.zeros(1, 4, dtype=torch.long), num_tokens=torch.tensor([4]),
+                       confidence=torch.full((1, 4), 0.5)))
+        sched.observe(torch.tensor([4]), torch.tensor([0]), draft_seconds=0.008 + 0.1, drafted=4,
+                      target_seconds=0.010, catch_up=True)
+        sched.observe(torch.tensor([4]), torch.tensor([0]), draft_seconds=0.008, drafted=4, target_seconds=0.010)
+    sched.draft_cap(1, 4, catch_up=0.2)
+    assert sched._catch_up_price(1) == pytest.approx(0.1, rel=0.25)
 
 
 def test_probes_are_charged_what_they_measured():

@@ -137,8 +137,10 @@ def test_speculative_sampling_with_adaptive_draft_length(kind, padded):
     drafter = (DraftModelDrafter if kind == "stochastic" else GreedyDraft)(draft, VOCAB)
     # verification cost rising with the verified tokens, so that the scheduler stops mid-draft
     scale = (8 if kind == "stochastic" else 32) * N_DRAWS
+    # every token counted alike (static_batch=False): in a static batch of identical prompts,
+    # level to the end, a draft would only pay where every row accepts it, and none is verified
     sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + N / scale), probe_every=10**9,
-                                padded=padded)
+                                padded=padded, static_batch=False)
     sched.observe(torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long), drafted=1)  # drafter priced
     counts, out = empirical_joint(model, drafter, params, D=3, seed=2, adaptive=sched)
     x2, df = chi_square(counts, exact_joint(model, params), N_DRAWS)

@@ -108,7 +108,8 @@ def decode(
         drafting = drafter is not None and num_draft_tokens > 0
         cap = num_draft_tokens
         if drafting and learner is not None:   # how many to draft at all, from past steps only
-            cap = min(cap, learner.draft_cap(n, num_draft_tokens, remaining=remaining))
+            cap = min(cap, learner.draft_cap(n, num_draft_tokens, remaining=remaining,
+                                             catch_up=stats.t_prefill if fresh else 0.0))
         if drafting and skippable and (cap <= 0 or max(remaining) <= 0):
             drafting = False                   # nothing to draft: leave the drafter to catch up later
         if drafting:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -142,7 +142,7 @@ def schedule_prefix(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPS
 
 
 def schedule_width(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPSLike,
-                   weights: Optional[Sequence[float]] = None) -> torch.LongTensor:
+                   weights: Optional[Sequence[float]] = None, joint: Optional["Joint"] = None) -> torch.LongTensor:
     """`schedule_prefix` for an engine that pads the verify block to its widest row (draftwise's own:
     B rows × (1 + w) tokens cost the same whatever each row uses): the width w maximising
     Θ(w) = τ*(w)·SPS(B(1 + w)), every row verifying min(w, its drafts) — extra positions inside the
@@ -152,18 +152,39 @@ def schedule_width(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPSL
     condition of `schedule_prefix` holds.
 
     `weights` (per row, default 1; or [B, 1 + D], per row and token: the first, always emitted,
-    then each draft position) is what a token is worth: in a static batch only the rows furthest
-    behind decide when the batch ends (see `AdaptiveDraftLength.token_weights`)."""
+    then each draft position) is what a token is worth; `joint` adds what a draft position is
+    worth when every one of some rows accepts it: in a static batch, a step the batch's end saves
+    (see `AdaptiveDraftLength.static_worth`)."""
     sps_fn = _as_sps(sps)
     conf = _unit(_as_np(confidence))
     B, D = conf.shape
     valid = num_tokens.tolist()
     times = [1.0 / sps_fn(float(B * (1 + w))) for w in range(D + 1)]
-    w = _best_width(conf, valid, times, weights)
+    w = _best_width(conf, valid, times, weights, joint)
     return num_tokens.clamp(min=0, max=w).long()
 
 
-def _best_width(conf: np.ndarray, valid: list, times: list, weights: Optional[Sequence[float]] = None) -> int:
+class Joint(NamedTuple):
+    """A draft position's extra worth when every row of `rows` accepts it, for the first `upto`
+    positions (`schedule_width`)."""
+    rows: tuple
+    upto: int
+    worth: float
+
+
+class StaticWorth(NamedTuple):
+    """What a step's tokens are worth in a static batch (`AdaptiveDraftLength.static_worth`), in
+    tokens of a row at this batch size (t(B)/B seconds each): every emitted token 1, a draft φ,
+    and β more for a draft position that every row at the back accepts while they stay behind
+    every other row (the first `gap` drafts)."""
+    phi: float
+    back: tuple
+    gap: int
+    beta: float
+
+
+def _best_width(conf: np.ndarray, valid: list, times: list, weights: Optional[Sequence[float]] = None,
+                joint: Optional[Joint] = None) -> int:
     """`schedule_width`'s search, given calibrated confidences [B, D] in [0, 1], the drafts per row
     and the step seconds per width `times[0 … D]`. Lists and a handful of numpy calls: it runs
     every step, where the torch and closure calls it replaced cost ~0.2 ms a step."""
@@ -185,6 +206,10 @@ def _best_width(conf: np.ndarray, valid: list, times: list, weights: Optional[Se
             gain, tau = (wt @ surv).tolist(), float(wt.sum())
         else:          # [B, 1 + D]: the first (always emitted) token, then each draft position
             gain, tau = (wt[:, 1:top + 1] * surv).sum(0).tolist(), float(wt[:, 0].sum())
+    if joint is not None and joint.worth > 0 and min(joint.upto, top) > 0:
+        n = min(joint.upto, top)
+        both = surv[list(joint.rows), :n].prod(0)
+        gain[:n] = [g + joint.worth * b for g, b in zip(gain[:n], both.tolist())]
     return _argmax_width(tau, gain, times)
 
 
@@ -201,24 +226,39 @@ def _argmax_width(tau: float, gain: list, times: list) -> int:
     return w
 
 
-def _best_width_rows(cal: list, valid: list, times: list, first: Optional[list] = None, phi: float = 1.0,
-                     last: int = -1, gap: int = 0) -> int:
+def _best_width_rows(cal: list, valid: list, times: list, worth: Optional[StaticWorth] = None) -> int:
     """`_best_width` in plain Python for a small batch (a few dozen (row, position) pairs, where a
-    dozen numpy calls cost ~30 µs a step), with the weights of `AdaptiveDraftLength._weight_parts`:
-    `first` per row (None: 1 each), φ for every draft, whole (1) for the first `gap` drafts of row
-    `last`. The same answer as `_best_width` with `token_weights` (tests/test_planner_adaptive.py)."""
+    dozen numpy calls cost ~30 µs a step), with a static batch's `worth` (None: every token 1).
+    The same answer as `_best_width` with `AdaptiveDraftLength._numpy_worth`
+    (tests/test_planner_adaptive.py)."""
+    tau, gain = _gains_rows(cal, valid, worth)
+    return _argmax_width(tau, gain, times) if gain else 0
+
+
+def _gains_rows(cal: list, valid: list, worth: Optional[StaticWorth] = None) -> tuple[float, list]:
+    """(τ, gain per draft position) of `_argmax_width` for calibrated confidences on lists."""
     top = min(max(valid, default=0), len(cal[0]) if cal else 0)
     if top <= 0:
-        return 0
+        return float(len(cal)), []
+    phi = 1.0 if worth is None else worth.phi
     gain = [0.0] * top
-    for r, (row, v) in enumerate(zip(cal, valid)):
+    for row, v in zip(cal, valid):
         surv = 1.0
-        whole = gap if r == last else 0
         for j in range(min(v, top)):
             surv *= row[j]
-            gain[j] += surv if j < whole else phi * surv
-    tau = float(len(cal)) if first is None else float(sum(first))
-    return _argmax_width(tau, gain, times)
+            gain[j] += phi * surv
+    if worth is not None and worth.beta > 0:
+        n = min(worth.gap, top)
+        both = [1.0] * n
+        for r in worth.back:
+            row, v = cal[r], min(valid[r], n)
+            surv = 1.0
+            for j in range(n):
+                surv = surv * row[j] if j < v else 0.0
+                both[j] *= surv
+        for j in range(n):
+            gain[j] += worth.beta * both[j]
+    return float(len(cal)), gain
 
 
 def expected_throughput(confidence: torch.Tensor, lengths: torch.Tensor, sps: SPSLike) -> float:
@@ -299,7 +339,7 @@ class AdaptiveDraftLength:
                  prior_weight: float = 4.0, probe_every: int = 8, padded: bool = True,
                  max_probe_interval: int = 256, probe_budget: float = 2.0, optimism: float = 2.0,
                  free_draft: float = 0.1, explore: float = 0.005,
-                 draft_token_seconds: Optional[Callable[[int], float]] = None):
+                 draft_token_seconds: Optional[Callable[[int], float]] = None, static_batch: bool = True):
         if sps_curve is None and sps_for_batch is None:
             raise ValueError("give sps_curve or sps_for_batch")
         self.sps = _as_sps(sps_curve) if sps_curve is not None else None
@@ -315,6 +355,9 @@ class AdaptiveDraftLength:
         self.free_draft = float(free_draft)   # drafting under this share of a plain step counts as free
         self.explore = float(explore)         # probes may cost at most this share of the time decoded
         self.padded = padded     # draftwise pads the verify block: cost follows the widest row
+        # draftwise's batches are static (a row's tokens are worth what they take off the batch's
+        # end, `static_worth`); False counts every token alike, as where finished rows are refilled
+        self.static_batch = static_batch
         self.skips_idle = False  # set by the engine: a step drafting nothing costs the drafter nothing
         self.draft_token_seconds = draft_token_seconds   # batch size → seconds a drafted token, measured ahead
         self.reset_stats()
@@ -342,6 +385,8 @@ class AdaptiveDraftLength:
         self._charge: Optional[float] = None   # a probe step's modelled price had it not probed
         self._wait_until = 0.0                 # no probe before this much time decoded (budget)
         self._priced = False                   # a drafting step observed: the drafter's price is known
+        self._pending = 0.0                    # target prefill seconds the drafter has yet to absorb
+        self._kappa = [0.0, 0.0]               # catch-ups seen: count, Σ drafter seconds / pending prefill
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
         self._proposed: Optional[list[int]] = None    # per row, drafts the drafter made this step
         self._remaining: Optional[list[int]] = None   # per row, tokens it may still generate this step
@@ -496,7 +541,7 @@ class AdaptiveDraftLength:
         prior = self._prior_times(batch_size, widths)
         seen = self._seen(batch_size, widths)
         observed = {b for b, _ in self._tt}
-        # a batch size not yet observed (the batch less one row, for `row_weights`) borrows the
+        # a batch size not yet observed (the batch less one row, for `static_worth`) borrows the
         # mapping of the nearest one observed: the machine's drift is the same for both. Taken raw
         # next to a rescaled batch size, a drift of 10 % moved φ, the worth of a token of a row
         # ahead, by 0.3 at batch 4
@@ -538,31 +583,36 @@ class AdaptiveDraftLength:
         if key in self._best:       # nothing observed since: the same answer
             return self._best[key]
         step = self._step_time(batch_size)
-        # a static batch ends with its last row: tokens of the rows furthest behind count whole,
-        # those of rows ahead φ each (`row_weights`), and the rows behind are the ones that accept
-        # less. Counting every row alike, prompt lookup at batch 4 verified drafts in 127 of 173
-        # steps, mostly for rows that repeat themselves and finish early anyway, and ran at 0.92×
-        # plain decoding; with the acceptance of the rows behind, 32 steps and 0.96×
-        phi = self._phi(batch_size) if batch_size > 1 else 1.0
-        ahead = (batch_size - 1) * phi
-        alpha, lag = self.position_alpha(z), self.position_alpha(z, behind=True)
+        # a static batch, per row and plain step (`static_worth`): every row's draft is worth φ,
+        # and β/B more where the rows at the back all accept it — the rows that accept least, whose
+        # acceptance is learned apart. Counting every row alike, prompt lookup at batch 4 verified
+        # drafts in 127 of 173 steps, mostly for rows that repeat themselves and finish early
+        # anyway, and ran at 0.92× plain decoding; with the acceptance of the rows behind, 32
+        # steps and 0.96×. At batch 1, φ = 1 and β = 0
+        phi, beta = self._phi_beta(batch_size)
+        back = beta / batch_size
+        alpha = self.position_alpha(z)
+        lag = self.position_alpha(z, behind=True) if back > 0 else alpha
         best, best_v, E, surv, surv_lag = 0, 0.0, 1.0, 1.0, 1.0
         for D in range(max_draft + 1):
             if D:
                 surv *= alpha[min(D, self.MAX_POS) - 1]
                 surv_lag *= lag[min(D, self.MAX_POS) - 1]
-                E += (surv_lag + ahead * surv) / (1.0 + ahead) if batch_size > 1 else surv
+                E += phi * surv + back * surv_lag
             v = E / step(D)
             if v > best_v * (1 + 1e-9):
                 best, best_v = D, v
         self._best[key] = best
         return best
 
-    def draft_cap(self, batch_size: int, max_draft: int, remaining: Optional[Sequence[int]] = None) -> int:
+    def draft_cap(self, batch_size: int, max_draft: int, remaining: Optional[Sequence[int]] = None,
+                  catch_up: float = 0.0) -> int:
         """How many tokens to draft this step (before drafting); `remaining`, per row, the tokens
-        it may still generate (for `row_weights`)."""
+        it may still generate (for `static_worth`); `catch_up`, the target's seconds to prefill what
+        the drafter must absorb before it can propose (a catching-up drafter's prompts), 0 if none."""
         self._probing = self._full = False
         self._remaining = None if remaining is None else list(remaining)
+        self._pending = float(catch_up)
         if not self.learn or max_draft <= 0:
             return max_draft
         if self.max_tokens is not None:
@@ -598,7 +648,8 @@ class AdaptiveDraftLength:
             # the choice. Once enough steps rule that out, probes stop costing anything.
             full = self._probe_cost(batch_size, best, max_draft)
             D = max_draft if full <= self.probe_budget else best + 1
-            price = (full if D == max_draft else self._probe_cost(batch_size, best, D)) * self.target_time(batch_size, 0)
+            price = (full if D == max_draft else self._probe_cost(batch_size, best, D)) * self.target_time(batch_size, 0) \
+                + self._catch_up_price(batch_size)
             if self._explored + price > self.explore * self._elapsed:
                 # over the exploration budget: wait until it covers this probe (pricing it every
                 # step while waiting cost ~25 µs a step, 0.1 % at batch 16)
@@ -666,6 +717,19 @@ class AdaptiveDraftLength:
         self._best[key] = cap
         return cap
 
+    def _catch_up_price(self, batch_size: int) -> float:
+        """Seconds the drafter would spend absorbing what it has yet to see, if it drafted now:
+        the pending prefill times the drafter's cost relative to the target's — learned from the
+        catch-ups observed, at first the ratio of a drafted token to a plain target step. A
+        draft model's first probe in a batch of 8 × 256 tokens spent 115 ms feeding the prompts
+        (a plain step: 14 ms); priced as one drafted token it fit the budget, and that cell ran at
+        0.984 of plain decoding (BENCHMARKS §5.0f)."""
+        if self._pending <= 0.0:
+            return 0.0
+        n, total = self._kappa
+        prior = self._draft_cost()(1) / self.target_time(batch_size, 0)
+        return self._pending * (total + prior) / (n + 1.0)
+
     def _drafting_is_free(self, batch_size: int, max_draft: int) -> bool:
         """Whether drafting `max_draft` costs under `free_draft` of a plain step (kept with `_best`)."""
         key = (batch_size, max_draft, -1.0)
@@ -674,19 +738,38 @@ class AdaptiveDraftLength:
             free = self._best[key] = self._draft_cost()(max_draft) < self.free_draft * self.target_time(batch_size, 0)
         return free
 
-    def row_weights(self, batch_size: int) -> Optional[list[float]]:
-        """What a token of each row is worth this step, for the per-step scheduler. draftwise's
-        batches are static: the batch ends with its last row, so a token gained by a row that is
-        ahead only ends that row sooner, which saves what one row adds to a step,
-        φ = B·(t(B) − t(B − 1))/t(B) of a token's worth; a row furthest behind (most tokens
-        left) is worth a whole one, and k rows level at the back each 1/k + (1 − 1/k)·φ: one of them
-        will be last. None (all rows alike) at batch 1."""
-        behind = self._behind()
-        if behind is None or batch_size < 2 or len(behind) != batch_size:
+    def static_worth(self, batch_size: int) -> Optional[StaticWorth]:
+        """What this step's tokens are worth, for the per-step scheduler. draftwise's batches are
+        static: with t(k) a plain step of k rows, plain decoding of what is left costs
+        Σ_m t(rows with ≥ m tokens left), and a step is worth what it takes off that. For t linear
+        in the rows (t(k) = f + k·Δ) that is exactly Δ for every token emitted plus f for every
+        token the batch's end moves: in tokens of a row at batch B (t(B)/B), every emitted token
+        1, every draft φ = B·Δ/t(B), and β = B·f/t(B) more for each draft position that every row
+        at the back accepts while they stay behind the others (the first `gap` drafts; all of
+        them where every row is level). A plain step is then worth B, its cost.
+
+        Up to 409cf22 the row alone at the back counted 1 and every other row φ, which prices a
+        plain step at 1 + (B − 1)·φ (1.5 at batch 2, not 2): a draft of a row that is ahead or
+        level looked a third more worth verifying than it is, and prompt lookup at batch 2
+        verified 7–8 drafts in a fifth of its steps, at 0.95 of D = 3 (BENCHMARKS §5.0).
+        None (every token 1) at batch 1."""
+        rem = self._remaining
+        if not self.static_batch or rem is None or batch_size < 2 or len(rem) != batch_size:
             return None
-        phi, k = self._phi(batch_size), sum(behind)
-        last = 1.0 / k + (1.0 - 1.0 / k) * phi
-        return [last if b else phi for b in behind]
+        phi, beta = self._phi_beta(batch_size)
+        top = max(rem)
+        back = tuple(r for r, n in enumerate(rem) if n >= top)
+        runner_up = max((n for n in rem if n < top), default=0)
+        return StaticWorth(phi, back, top - runner_up, beta)
+
+    def _numpy_worth(self, batch_size: int, D: int) -> tuple[Optional[np.ndarray], Optional[Joint]]:
+        """`static_worth` as `_best_width`'s weights [B, 1 + D] and joint term."""
+        worth = self.static_worth(batch_size)
+        if worth is None:
+            return None, None
+        wt = np.full((batch_size, 1 + D), worth.phi)
+        wt[:, 0] = 1.0
+        return wt, Joint(worth.back, worth.gap, worth.beta)
 
     def _behind(self) -> Optional[list[bool]]:
         """Per row, whether it is furthest behind (most tokens left) this step."""
@@ -696,44 +779,22 @@ class AdaptiveDraftLength:
         top = max(rem, default=0)
         return [r >= top for r in rem]
 
-    def token_weights(self, batch_size: int, D: int) -> Optional[np.ndarray]:
-        """`row_weights` per draft position, [B, 1 + D] (column 0: the token every row emits).
-        A draft lowers the batch's end only while its row is still alone at the back: a row
-        `gap` tokens behind the next one (who gains at least its own token this step) ends the
-        batch sooner with its first `gap` accepted drafts, each worth a whole token; later ones,
-        and every draft of a row level with another at the back or ahead of it, only end that row
-        sooner (φ). Weighting a whole row at 1 counted a strong proposal of the last row in full
-        when the next row was one token behind it: prompt lookup at batch 4 then verified 8
-        tokens in 30 of 45 steps to save 4 steps of 48, and ran at 0.93 of plain decoding."""
-        parts = self._weight_parts(batch_size)
-        if parts is None:
-            return None
-        first, phi, last, gap = parts
-        out = np.full((batch_size, 1 + D), phi)
-        out[:, 0] = first
-        if last >= 0:
-            out[last, 1:1 + min(gap, D)] = 1.0
-        return out
-
-    def _weight_parts(self, batch_size: int) -> Optional[tuple[list[float], float, int, int]]:
-        """`token_weights` in four numbers: (first-token weight per row, φ, the row alone at the
-        back or −1, how many of its drafts count whole); None where every token counts 1."""
-        rem = self._remaining
-        if rem is None or batch_size < 2 or len(rem) != batch_size:
-            return None
-        first = self.row_weights(batch_size)
-        top = max(rem)
-        if rem.count(top) > 1:
-            return first, self._phi(batch_size), -1, 0
-        runner_up = max((r for r in rem if r < top), default=top)
-        return first, self._phi(batch_size), rem.index(top), top - runner_up
+    def _phi_beta(self, batch_size: int) -> tuple[float, float]:
+        """(φ, β) of `static_worth`: Δ = t(B) − t(B − 1) and f = t(1) − Δ, in tokens of a row at
+        batch B; at batch 1, or where batches are not static, (1, 0)."""
+        if not self.static_batch:
+            return 1.0, 0.0
+        pb = self._phis.get(batch_size)
+        if pb is None:      # kept until the step times are next refreshed
+            full = self.target_time(batch_size, 0)
+            less = self.target_time(batch_size - 1, 0) if batch_size > 1 else 0.0
+            one = self.target_time(1, 0)
+            phi = min(1.0, max(0.0, batch_size * (full - less) / full))
+            pb = self._phis[batch_size] = (phi, max(0.0, batch_size * one / full - phi))
+        return pb
 
     def _phi(self, batch_size: int) -> float:
-        phi = self._phis.get(batch_size)
-        if phi is None:      # kept until the step times are next refreshed
-            full = self.target_time(batch_size, 0)
-            phi = self._phis[batch_size] = min(1.0, max(0.0, batch_size * (full - self.target_time(batch_size - 1, 0)) / full))
-        return phi
+        return self._phi_beta(batch_size)[0]
 
     def _probe_cost(self, batch_size: int, best: int, D: int) -> float:
         """Extra step time of drafting and verifying D tokens instead of `best`, in plain steps."""
@@ -772,6 +833,9 @@ class AdaptiveDraftLength:
                 self._best.clear()
                 self._times.clear()
                 self._phis.clear()
+        if catch_up and self._pending > 0.0 and self._priced and draft_seconds > 0:
+            extra = draft_seconds - self._draft_cost()(drafted)
+            self._kappa = [self._kappa[0] + 1.0, self._kappa[1] + max(extra, 0.0) / self._pending]
         if catch_up and not self._priced:
             # the pricing step of a drafter that first fed itself the prompts (a draft model's
             # prefill) measured that one-off, not drafting: a 1k-token prompt made one drafted
@@ -904,10 +968,8 @@ class AdaptiveDraftLength:
             # plain Python end to end: a handful of (row, position) pairs, where numpy's per-call
             # cost made the scheduler ~0.25 ms of a 12 ms step at batch 2
             raw = self._raw = [[0.0 if c < 0.0 else 1.0 if c > 1.0 else c for c in row] for row in conf.tolist()]
-            parts = self._weight_parts(B)
             cal = self._calibrate_rows(raw)
-            times = self._width_times(B, D)
-            w = _best_width_rows(cal, proposed, times) if parts is None else _best_width_rows(cal, proposed, times, *parts)
+            w = _best_width_rows(cal, proposed, self._width_times(B, D), self.static_worth(B))
             w = num.clamp(max=w)
             return w if w.dtype == torch.long else w.long()
         raw = self._raw = _unit(_as_np(conf))
@@ -917,7 +979,7 @@ class AdaptiveDraftLength:
             return num.clone()
         if not self.padded:
             return schedule_prefix(self.calibrated(raw), num, self.learned_sps(B))
-        w = _best_width(self._calibrate(raw), proposed, self._width_times(B, D), self.token_weights(B, D))
+        w = _best_width(self._calibrate(raw), proposed, self._width_times(B, D), *self._numpy_worth(B, D))
         return num.clamp(max=w).long()
 
 
