@@ -364,12 +364,12 @@ def test_in_a_static_batch_a_row_ahead_is_worth_little():
     # all level: the batch's end moves only where all four accept, for as long as they have left
     assert sched.static_worth(4)[1:3] == ((0, 1, 2, 3), 7)
     sched.draft_cap(4, 4, remaining=[10, 5, 5, 5])
-    weights, joint = sched._numpy_worth(4, 4)
+    worth = sched.static_worth(4)
     strong, weak, num = torch.full((4,), 0.9), torch.zeros(4), torch.full((4,), 4)
     ahead, behind = torch.stack([weak, strong, weak, weak]), torch.stack([strong, weak, weak, weak])
     assert schedule_width(ahead, num, sps).tolist() == [4] * 4                   # every token alike: verify
-    assert schedule_width(ahead, num, sps, weights, joint).tolist() == [0] * 4   # a row ahead gains: not worth it
-    assert schedule_width(behind, num, sps, weights, joint).tolist() == [4] * 4  # the row behind gains: worth it
+    assert schedule_width(ahead, num, sps, worth=worth).tolist() == [0] * 4    # a row ahead gains: not worth it
+    assert schedule_width(behind, num, sps, worth=worth).tolist() == [4] * 4   # the row behind gains: worth it
 
 
 def test_a_draft_of_the_last_row_moves_the_end_only_up_to_the_gap():
@@ -382,7 +382,7 @@ def test_a_draft_of_the_last_row_moves_the_end_only_up_to_the_gap():
     behind = torch.stack([strong, weak, weak, weak])
     for remaining, width in (([10, 5, 5, 5], 4), ([10, 9, 5, 5], 1), ([7, 7, 7, 7], 0)):
         sched.draft_cap(4, 4, remaining=remaining)
-        assert schedule_width(behind, num, sps, *sched._numpy_worth(4, 4)).tolist() == [width] * 4, remaining
+        assert schedule_width(behind, num, sps, worth=sched.static_worth(4)).tolist() == [width] * 4, remaining
 
 
 @settings(max_examples=60, deadline=None)

@@ -142,7 +142,7 @@ def schedule_prefix(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPS
 
 
 def schedule_width(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPSLike,
-                   weights: Optional[Sequence[float]] = None, joint: Optional["Joint"] = None) -> torch.LongTensor:
+                   weights: Optional[Sequence[float]] = None, worth: Optional[StaticWorth] = None) -> torch.LongTensor:
     """`schedule_prefix` for an engine that pads the verify block to its widest row (draftwise's own:
     B rows × (1 + w) tokens cost the same whatever each row uses): the width w maximising
     Θ(w) = τ*(w)·SPS(B(1 + w)), every row verifying min(w, its drafts) — extra positions inside the
@@ -152,24 +152,16 @@ def schedule_width(confidence: torch.Tensor, num_tokens: torch.Tensor, sps: SPSL
     condition of `schedule_prefix` holds.
 
     `weights` (per row, default 1; or [B, 1 + D], per row and token: the first, always emitted,
-    then each draft position) is what a token is worth; `joint` adds what a draft position is
-    worth when every one of some rows accepts it: in a static batch, a step the batch's end saves
-    (see `AdaptiveDraftLength.static_worth`)."""
+    then each draft position) is what a token is worth; or `worth`, a static batch's, where a draft
+    position every row at the back accepts also moves the batch's end
+    (`AdaptiveDraftLength.static_worth`)."""
     sps_fn = _as_sps(sps)
     conf = _unit(_as_np(confidence))
     B, D = conf.shape
     valid = num_tokens.tolist()
     times = [1.0 / sps_fn(float(B * (1 + w))) for w in range(D + 1)]
-    w = _best_width(conf, valid, times, weights, joint)
+    w = _best_width(conf, valid, times, weights, worth)
     return num_tokens.clamp(min=0, max=w).long()
-
-
-class Joint(NamedTuple):
-    """A draft position's extra worth when every row of `rows` accepts it, for the first `upto`
-    positions (`schedule_width`)."""
-    rows: tuple
-    upto: int
-    worth: float
 
 
 class StaticWorth(NamedTuple):
@@ -184,7 +176,7 @@ class StaticWorth(NamedTuple):
 
 
 def _best_width(conf: np.ndarray, valid: list, times: list, weights: Optional[Sequence[float]] = None,
-                joint: Optional[Joint] = None) -> int:
+                worth: Optional[StaticWorth] = None) -> int:
     """`schedule_width`'s search, given calibrated confidences [B, D] in [0, 1], the drafts per row
     and the step seconds per width `times[0 … D]`. Lists and a handful of numpy calls: it runs
     every step, where the torch and closure calls it replaced cost ~0.2 ms a step."""
@@ -198,7 +190,13 @@ def _best_width(conf: np.ndarray, valid: list, times: list, weights: Optional[Se
     surv = np.cumprod(conf[:, :top], axis=1)
     if min(valid) < top:
         surv = surv * (np.arange(top)[None, :] < np.asarray(valid)[:, None])
-    if weights is None:
+    if worth is not None:
+        gain, tau = (worth.phi * surv.sum(0)).tolist(), float(B)
+        n = min(worth.gap, top)
+        if worth.beta > 0 and n > 0:
+            both = surv[list(worth.back), :n].prod(0).tolist()
+            gain[:n] = [g + worth.beta * b for g, b in zip(gain[:n], both)]
+    elif weights is None:
         gain, tau = surv.sum(0).tolist(), float(B)
     else:
         wt = np.asarray(weights, np.float64)
@@ -206,10 +204,6 @@ def _best_width(conf: np.ndarray, valid: list, times: list, weights: Optional[Se
             gain, tau = (wt @ surv).tolist(), float(wt.sum())
         else:          # [B, 1 + D]: the first (always emitted) token, then each draft position
             gain, tau = (wt[:, 1:top + 1] * surv).sum(0).tolist(), float(wt[:, 0].sum())
-    if joint is not None and joint.worth > 0 and min(joint.upto, top) > 0:
-        n = min(joint.upto, top)
-        both = surv[list(joint.rows), :n].prod(0)
-        gain[:n] = [g + joint.worth * b for g, b in zip(gain[:n], both.tolist())]
     return _argmax_width(tau, gain, times)
 
 
@@ -229,10 +223,8 @@ def _argmax_width(tau: float, gain: list, times: list) -> int:
 def _best_width_rows(cal: list, valid: list, times: list, worth: Optional[StaticWorth] = None) -> int:
     """`_best_width` in plain Python for a small batch (a few dozen (row, position) pairs, where a
     dozen numpy calls cost ~30 µs a step), with a static batch's `worth` (None: every token 1).
-    The same answer as `_best_width` with `AdaptiveDraftLength._numpy_worth`
-    (tests/test_planner_adaptive.py)."""
-    tau, gain = _gains_rows(cal, valid, worth)
-    return _argmax_width(tau, gain, times) if gain else 0
+    The same answer as `_best_width` (tests/test_planner_adaptive.py)."""
+    return _argmax_width(*_gains_rows(cal, valid, worth), times)
 
 
 def _gains_rows(cal: list, valid: list, worth: Optional[StaticWorth] = None) -> tuple[float, list]:
@@ -758,18 +750,9 @@ class AdaptiveDraftLength:
             return None
         phi, beta = self._phi_beta(batch_size)
         top = max(rem)
-        back = tuple(r for r, n in enumerate(rem) if n >= top)
+        back = tuple(r for r, b in enumerate(self._behind()) if b)
         runner_up = max((n for n in rem if n < top), default=0)
         return StaticWorth(phi, back, top - runner_up, beta)
-
-    def _numpy_worth(self, batch_size: int, D: int) -> tuple[Optional[np.ndarray], Optional[Joint]]:
-        """`static_worth` as `_best_width`'s weights [B, 1 + D] and joint term."""
-        worth = self.static_worth(batch_size)
-        if worth is None:
-            return None, None
-        wt = np.full((batch_size, 1 + D), worth.phi)
-        wt[:, 0] = 1.0
-        return wt, Joint(worth.back, worth.gap, worth.beta)
 
     def _behind(self) -> Optional[list[bool]]:
         """Per row, whether it is furthest behind (most tokens left) this step."""
@@ -979,7 +962,7 @@ class AdaptiveDraftLength:
             return num.clone()
         if not self.padded:
             return schedule_prefix(self.calibrated(raw), num, self.learned_sps(B))
-        w = _best_width(self._calibrate(raw), proposed, self._width_times(B, D), *self._numpy_worth(B, D))
+        w = _best_width(self._calibrate(raw), proposed, self._width_times(B, D), worth=self.static_worth(B))
         return num.clamp(max=w).long()
 
 
