@@ -445,13 +445,70 @@ def test_the_choice_of_d_follows_the_rows_behind():
 def test_probes_spend_at_most_the_exploration_budget():
     """A scheduler told to probe every step and to always believe a probe could pay (optimism 50)
     still spends at most `explore` (2 %) of the decoding time on probes: a full probe here costs
-    1.6 plain steps, so ~12 of them in 1000 steps, not one per step."""
+    1.6 plain steps, so at most ~12 of them in 1000 steps, not one per step. And since every probe
+    leaves the choice (plain decoding) standing, the budget shrinks with each, to explore/(1 + k)
+    after k such probes: probes come ever rarer, their share of the time falls as 1/√time."""
     sched = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7, probe_every=1, max_probe_interval=1,
                                 optimism=50.0, probe_budget=100.0, explore=0.02)
-    caps = _drive(sched, 1000, 0.5, lambda cap: 0, 0.002)
-    probes = sum(1 for c in caps if c == 8)
-    assert 5 <= probes <= 15, probes
+    caps = _drive(sched, 8000, 0.5, lambda cap: 0, 0.002)
+    probes = [i for i, c in enumerate(caps) if c == 8]
+    early = sum(1 for i in probes if i < 1000)
+    assert 3 <= early <= 15, probes
     assert sched._explored <= 0.02 * sched._elapsed + 0.016
+    # a flat 2 % would allow ~100 probes in 8000 steps; 1/(1 + k) allows ~√(2 · 100) ≈ 14
+    assert len(probes) <= 25 and sched._futile == len(probes) - 1, probes
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps[-1] > 4 * gaps[0], gaps
+    assert sched._explored <= 0.02 / len(probes) * sched._elapsed * 2.5
+
+
+def test_plain_steps_decided_ahead_decide_as_one_by_one():
+    """Where plain decoding is the choice and the engine skips the drafter, `draft_cap` decides the
+    plain steps up to the next step-time refresh or probe check at once (`_coast`), and `observe`
+    only sums their seconds. The caps, probes included, and the step times learned are those of
+    deciding every step — here with plain steps that slow down by half midway (a drifting machine)."""
+    def run(coast: bool):
+        sched = _priced(AdaptiveDraftLength(lambda N: 1.0 / (0.010 + 0.002 * (N - 2)), alpha=0.7), 0.001)
+        sched.skips_idle = True
+        if not coast:
+            sched.COAST = 0
+        decide, decided = sched._decide_cap, []
+        sched._decide_cap = lambda *a: decided.append(1) or decide(*a)
+        caps, zero = [], [0, 0]
+        for i in range(3000):
+            cap = sched.draft_cap(2, 8, remaining=[5000 - i, 5000 - i])
+            caps.append(cap)
+            plain = 0.010 if i < 1500 else 0.015
+            if cap:
+                sched(Proposal(tokens=torch.zeros(2, cap, dtype=torch.long), num_tokens=torch.full((2,), cap),
+                               confidence=torch.full((2, cap), 0.5)))
+                sched.observe([cap, cap], zero, draft_seconds=0.001 * cap, drafted=cap, offered=[cap, cap],
+                              target_seconds=plain + 0.002 * cap)
+            else:       # the engine skipped the drafter: nothing drafted, nothing offered
+                sched.observe(zero, zero, target_seconds=plain)
+        sched._fold_coast()
+        return sched, caps, len(decided)
+    (fast, a, n_fast), (slow, b, n_slow) = run(True), run(False)
+    assert n_slow == 3000 and n_fast < 300, n_fast     # it did decide ahead
+    assert a == b and 2 <= sum(1 for c in a if c) <= 20, [i for i, c in enumerate(a) if c]
+    assert fast._tt_seen == slow._tt_seen and fast._elapsed == pytest.approx(slow._elapsed)
+    assert fast._width_times(2, 8) == pytest.approx(slow._width_times(2, 8), rel=1e-6)
+    assert fast._tt[(2, 0)][:2] == pytest.approx(slow._tt[(2, 0)][:2], rel=1e-6)
+
+
+def test_a_probe_that_moves_the_choice_restores_the_probe_budget():
+    """The budget shrinks only while probes leave the choice standing: once one moves it (the
+    drafts turned out to be accepted), probes may again spend the whole `explore`. The price of
+    the shrinking: after six futile probes in 3000 steps, the change is found ~1500 steps later."""
+    sched = AdaptiveDraftLength(lambda N: 100.0, alpha=0.7, probe_every=1, max_probe_interval=1,
+                                optimism=50.0, probe_budget=100.0, explore=0.02)
+    good = [False]
+    caps = _drive(sched, 3000, 0.5, lambda cap: cap if good[0] else 0, 0.002)
+    assert sched._futile >= 5
+    good[0] = True      # now the first three drafts are always accepted
+    caps = _drive(sched, 2000, 0.5, lambda cap: min(cap, 3) if good[0] else 0, 0.002)
+    moved = next(i for i, c in enumerate(caps) if c == 3)
+    assert moved < 1800 and sched._futile == 0 and caps[-100:].count(3) >= 95, caps
 
 
 def test_a_probe_waits_for_the_prompts_a_drafter_must_first_absorb():
@@ -502,7 +559,9 @@ def test_probes_are_charged_what_they_measured():
     (fair, n_fair), (slow, n_slow) = drive(1.0), drive(3.0)
     assert fair._explored <= 0.02 * fair._elapsed + 0.016
     assert slow._explored <= 0.02 * slow._elapsed + 0.05
-    assert 5 <= n_fair and n_slow < 0.5 * n_fair, (n_fair, n_slow)
+    # each probe is charged three times as much, so the (shrinking) budget allows fewer of them
+    per_fair, per_slow = fair._explored / n_fair, slow._explored / n_slow
+    assert 2.5 < per_slow / per_fair < 3.5 and 3 <= n_fair and n_slow < n_fair, (n_fair, n_slow, per_fair, per_slow)
 
 
 def test_an_unobserved_batch_size_borrows_the_drift_of_the_nearest_observed():
@@ -660,6 +719,7 @@ def test_engine_adaptive_keeps_one_scheduler_across_calls(monkeypatch):
         steps += len(out.stats.steps)
     assert measured == [1, 2]
     (scheduler,) = tgt._schedulers[drafter].values()
+    scheduler._fold_coast()                 # plain steps decided ahead are summed until the next decision
     assert scheduler._tt_seen == steps      # it timed every step of the four calls
 
 

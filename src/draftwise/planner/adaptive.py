@@ -316,10 +316,13 @@ class AdaptiveDraftLength:
       model at batch 1 whose first draft is accepted 40 % of the time stops probing after a
       handful of probes; each one, in a new request, first has to feed the draft the whole
       prompt. Probes together may cost at most `explore` of the decoding time so far — the first
-      step's pricing included; a probe waits while the model's price of it would overrun the
-      budget, and then is charged what it measured over the model's price of the choice it
-      displaced: at batch 8 a full-length probe costs 0.7 of a plain step, and where drafting
-      never pays that bound is the whole price of being adaptive.
+      step's pricing included — and explore/(1 + k) after k probes in a row that left the choice
+      standing (the whole budget again once one moves it); a probe waits while the model's price
+      of it would overrun the budget, and then is charged what it measured over the model's price
+      of the choice it displaced: at batch 8 a full-length probe costs 0.7 of a plain step, and
+      where drafting never pays that bound is the whole price of being adaptive;
+    - plain steps decided ahead: while the choice is plain decoding, the steps until the next
+      refresh of the step times or probe check are decided at once (`_coast`).
     """
 
     MAX_POS, BINS = 16, 10
@@ -373,6 +376,13 @@ class AdaptiveDraftLength:
         self._best: dict[tuple[int, int, float], int] = {}   # decisions since the statistics last changed
         # once the drafter is priced (the first step), the first probe check comes right away
         self._since_probe, self._interval, self._probing = self.probe_every - 1, self.probe_every, False
+        self._futile = 0                       # probes in a row after which the choice stood (`_decide_cap`)
+        self._probe_choice: Optional[int] = None   # the choice when the last probe was made
+        # coasting (`draft_cap`): plain steps decided ahead at batch `_coast_b`, `_coast_left` more;
+        # their observed steps are summed in `_coast_acc` ([steps, seconds]) until folded in
+        self._coast_b: Optional[int] = None
+        self._coast_left = 0
+        self._coast_acc = [0, 0.0]
         self._elapsed = self._explored = 0.0   # seconds decoded; seconds probes cost over the choice
         self._charge: Optional[float] = None   # a probe step's modelled price had it not probed
         self._wait_until = 0.0                 # no probe before this much time decoded (budget)
@@ -387,6 +397,7 @@ class AdaptiveDraftLength:
 
     def refresh_curves(self) -> None:
         """Forget the curves looked up per batch size (a new one was measured); keeps what was learned."""
+        self._fold_coast()
         self._cache.clear()
         self._prior.clear()
         self._times.clear()
@@ -602,6 +613,12 @@ class AdaptiveDraftLength:
         """How many tokens to draft this step (before drafting); `remaining`, per row, the tokens
         it may still generate (for `static_worth`); `catch_up`, the target's seconds to prefill what
         the drafter must absorb before it can propose (a catching-up drafter's prompts), 0 if none."""
+        if self._coast_left > 0 and batch_size == self._coast_b:
+            # plain decoding decided ahead (`_coast`): nothing it reads can change before then
+            self._coast_left -= 1
+            self._since_probe += 1
+            return 0
+        self._fold_coast()
         self._probing = self._full = False
         self._remaining = None if remaining is None else list(remaining)
         self._pending = float(catch_up)
@@ -611,7 +628,47 @@ class AdaptiveDraftLength:
             max_draft = min(max_draft, self.max_tokens)
         cap = self._decide_cap(batch_size, max_draft)
         self._full = batch_size == 1 and cap == max_draft
+        if cap == 0 and not self._probing and self.skips_idle:
+            self._coast(batch_size)
         return cap
+
+    COAST = 64      # plain steps decided at most at once (then the step times are folded in)
+
+    def _coast(self, batch_size: int) -> None:
+        """Decide the next plain steps now. While the choice is plain decoding and the engine skips
+        the drafter, only step times change what `draft_cap` decides, and they are refreshed every
+        16–64 timed steps: until the next refresh or probe check the answer is 0, so those steps
+        skip the decision and `observe` only sums their time. Deciding and observing each of them
+        cost 0.03–0.06 ms a step on this CPU (0.2–0.5 % of a plain step) where plain decoding won."""
+        period = 16 if self._tt_seen < 512 else 64
+        left = period - 1 - self._tt_seen % period          # timed steps before the next refresh
+        due = self._interval - self._since_probe - 1        # draft_cap calls before a probe check
+        if due < 0:     # a probe due but over its budget: plain steps until the budget covers it
+            step = self.target_time(batch_size, 0)
+            due = int((self._wait_until - self._elapsed) / step) - 1 if step > 0 else 0
+        n = min(left, due, self.COAST)
+        if n > 0:
+            self._coast_b, self._coast_left = batch_size, n
+
+    def _fold_coast(self) -> None:
+        """Fold the coasted plain steps' times into the step-time statistics, as `observe` would
+        have one by one (each its share of the seconds: the aging is exact, the split even)."""
+        B, (k, secs) = self._coast_b, self._coast_acc
+        self._coast_b, self._coast_left = None, 0
+        if B is None or k == 0:
+            return
+        self._coast_acc = [0, 0.0]
+        now = self._clock[B] = self._clock.get(B, 0) + k
+        n, t, at = self._tt.get((B, 0), (0.0, 0.0, now))
+        F = self.FORGET
+        age, run = F ** (now - at), (1.0 - F ** k) / (1.0 - F)
+        self._tt[(B, 0)] = [age * n + run, age * t + run * secs / k, now]
+        period = 16 if self._tt_seen < 512 else 64
+        before, self._tt_seen = self._tt_seen, self._tt_seen + k
+        if self._tt_seen // period > before // period:
+            self._best.clear()
+            self._times.clear()
+            self._phis.clear()
 
     def _decide_cap(self, batch_size: int, max_draft: int) -> int:
         if not self._priced and self.draft_token_seconds is not None:
@@ -633,6 +690,8 @@ class AdaptiveDraftLength:
         # average's best D is drafting and verifying per step by the proposals seen (`_shape_cap`)
         free = batch_size == 1 and best < max_draft and self._drafting_is_free(batch_size, max_draft)
         self._since_probe += 1
+        if self._futile and (self._shape_cap(max_draft) if free else best) != self._probe_choice:
+            self._futile, self._probe_choice = 0, None     # a probe moved the choice: the whole budget again
         if self._since_probe >= self._interval and best < max_draft and self._elapsed >= self._wait_until:
             # probe past the choice and verify it, or a pessimistic estimate (or a position never
             # observed) could not recover — but only while the evidence leaves room for it to pay:
@@ -642,12 +701,21 @@ class AdaptiveDraftLength:
             D = max_draft if full <= self.probe_budget else best + 1
             price = (full if D == max_draft else self._probe_cost(batch_size, best, D)) * self.target_time(batch_size, 0) \
                 + self._catch_up_price(batch_size)
-            if self._explored + price > self.explore * self._elapsed:
+            # each probe after which the choice stood shrinks the budget: after k of them in a row
+            # probes may cost explore/(1 + k) of the time decoded, so where drafting never pays
+            # their share falls as 1/√time instead of staying at `explore` (0.3–0.7 % of the
+            # cells where plain decoding won, BENCHMARKS §5.0)
+            share = self.explore / (1 + self._futile)
+            if self._explored + price > share * self._elapsed:
                 # over the exploration budget: wait until it covers this probe (pricing it every
                 # step while waiting cost ~25 µs a step, 0.1 % at batch 16)
-                self._wait_until = (self._explored + price) / self.explore if self.explore > 0 else math.inf
+                self._wait_until = (self._explored + price) / share if share > 0 else math.inf
             elif self._best_cap(batch_size, D, self.optimism) > best or (
                     free and D == max_draft and self._shape_cap(max_draft, self.optimism) > self._shape_cap(max_draft)):
+                choice = self._shape_cap(max_draft) if free else best
+                if self._probe_choice is not None:
+                    self._futile = self._futile + 1 if choice == self._probe_choice else 0
+                self._probe_choice = choice
                 self._since_probe = 0
                 self._interval = self.probe_every if best > 0 else min(2 * self._interval, self.max_probe_interval)
                 self._probing = True
@@ -794,6 +862,11 @@ class AdaptiveDraftLength:
         `catch_up`, whether the drafter also absorbed the prompts this step (its first proposal
         in a batch)."""
         if not self.learn:
+            return
+        if self._coast_b is not None and self._raw is None and not draft_seconds and self._charge is None:
+            self._elapsed += target_seconds          # a coasted plain step (`_coast`): summed only
+            self._coast_acc[0] += 1
+            self._coast_acc[1] += target_seconds
             return
         ver = verified if isinstance(verified, list) else verified.tolist()
         self._elapsed += target_seconds + draft_seconds
