@@ -20,6 +20,13 @@ of each batch of requests are resampled (the workload is fixed; the machine's sp
 so they need `--rounds` ≥ 2. With more than two rounds the summary is printed twice: over all
 rounds, and after the first (adaptive D's one-off learning left out, as a server amortises it).
 Run it on a quiet machine: another process on the cores distorts every time.
+
+`--versus PATH` adds a configuration "versus": adaptive D with the `AdaptiveDraftLength` of another
+version of `planner/adaptive.py` (e.g. `git show REV:src/draftwise/planner/adaptive.py > old.py`),
+built as `generate(adaptive=...)` builds its own, on its own drafter — two scheduler versions
+measured side by side in one run instead of in two runs an hour apart. The file is loaded as a
+module of this checkout's `draftwise.planner` (its relative imports resolve here), so it must fit
+the rest of this checkout.
 """
 import json
 import statistics
@@ -39,11 +46,15 @@ def run(args) -> list[dict]:
     prompts = prompts[:args.requests]
     configs = ([("plain", 0, False)] + [(f"D={d}", int(d), False) for d in args.fixed.split(",") if d]
                + [("adaptive", args.D, adaptive)])
+    versus = None
+    if args.versus:
+        versus = scheduler_class(args.versus)
+        configs.append(("versus", args.D, adaptive))
     drafters = {name: dw.build_drafter(args.drafter, tgt) if D else None for name, D, _ in configs}
     B = args.batch_size
     starts = list(range(0, len(prompts), B))
     setting = {k: getattr(args, k) for k in ("target", "drafter", "dataset", "batch_size", "requests", "D",
-                                             "adaptive", "fixed", "max_new_tokens")}
+                                             "adaptive", "fixed", "max_new_tokens", "versus")}
     out = Path(args.out) if args.out else None
     units: list[dict] = []
     if out is not None:
@@ -60,6 +71,9 @@ def run(args) -> list[dict]:
         i = starts[u % len(starts)]
         unit = {"unit": u, "batch": u % len(starts), "configs": {}}
         for name, D, ad in configs[u % len(configs):] + configs[:u % len(configs)]:
+            if name == "versus":    # the other version's scheduler, cached as generate caches its own
+                ad = dw.api._adaptive_scheduler(tgt, adaptive, prompts[i:i + B], D, drafters[name],
+                                                args.max_new_tokens, scheduler_cls=versus)
             res = dw.generate(tgt, prompts[i:i + B], drafter=drafters[name], num_draft_tokens=D,
                               max_new_tokens=args.max_new_tokens, ignore_eos=True, adaptive=ad)
             st = res.stats
@@ -71,6 +85,26 @@ def run(args) -> list[dict]:
             with log.open("a") as f:
                 f.write(json.dumps(unit) + "\n")
     return units
+
+
+def scheduler_class(path: str):
+    """`AdaptiveDraftLength` from another version of planner/adaptive.py, as a module of this
+    checkout's `draftwise.planner` (so `from .acceptance import …` finds this checkout's)."""
+    import importlib.util
+    import sys
+
+    import draftwise.planner  # noqa: F401  (the parent package must be imported first)
+
+    name = "draftwise.planner._versus"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--versus {path}: not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    if not hasattr(mod, "AdaptiveDraftLength"):
+        raise SystemExit(f"--versus {path} defines no AdaptiveDraftLength")
+    return mod.AdaptiveDraftLength
 
 
 def load_units(path: Path) -> list[dict]:
@@ -113,8 +147,9 @@ def summarise(units: list[dict], label: str, skip_rounds: int = 0) -> dict:
     groups = [[k for k, u in enumerate(units) if u["batch"] == b] for b in sorted({u["batch"] for u in units})]
     idx = np.concatenate([rng.choice(g, size=(4000, len(g))) for g in groups], axis=1)
     report = {"label": label, "units": len(units), "configs": {}}
-    fixed = [k for k, n in enumerate(names) if n != "adaptive"]
+    fixed = [k for k, n in enumerate(names) if n not in ("adaptive", "versus")]
     a = names.index("adaptive")
+    v = names.index("versus") if "versus" in names else None
     for est, sec in (("wall", wall), ("step_priced", priced)):
         tps = tok.sum(0) / sec.sum(0)                                       # [configs]
         boot = tok[idx].sum(1) / sec[idx].sum(1)                           # [reps, configs]
@@ -128,6 +163,9 @@ def summarise(units: list[dict], label: str, skip_rounds: int = 0) -> dict:
             r[est + "_over_best_fixed_ci"] = [round(x, 4) for x in ci(boot[:, k] / boot[:, best])]
         report["adaptive_over_best_fixed_" + est] = round(float(tps[a] / tps[best]), 4)
         report["adaptive_over_best_fixed_" + est + "_ci"] = [round(x, 4) for x in ci(boot[:, a] / boot[:, best])]
+        if v is not None:
+            report["adaptive_over_versus_" + est] = round(float(tps[a] / tps[v]), 4)
+            report["adaptive_over_versus_" + est + "_ci"] = [round(x, 4) for x in ci(boot[:, a] / boot[:, v])]
     for k, n in enumerate(names):
         steps = [s for u in units for s in u["configs"][n]["steps"]]
         report["configs"][n].update(
@@ -185,6 +223,8 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="a folder for the units (resumable) and the summary")
     ap.add_argument("--table", default=None, metavar="DIR",
                     help="print a markdown table of the runs in DIR's subfolders (nothing is decoded)")
+    ap.add_argument("--versus", default=None, metavar="PATH",
+                    help="also run adaptive D with the AdaptiveDraftLength of this other version of planner/adaptive.py")
     ap.add_argument("--widths", default=None, metavar="DIR",
                     help="print the median target time of a step by configuration and width in the run DIR")
     args = ap.parse_args()
@@ -208,6 +248,9 @@ def main() -> None:
         for est in ("wall", "step_priced"):
             print(f"  adaptive / best fixed ({rep['best_fixed_' + est]}), {est.replace('_', '-')}: "
                   f"{rep['adaptive_over_best_fixed_' + est]:.3f} {rep['adaptive_over_best_fixed_' + est + '_ci']}")
+            if "adaptive_over_versus_" + est in rep:
+                print(f"  adaptive / versus, {est.replace('_', '-')}: "
+                      f"{rep['adaptive_over_versus_' + est]:.3f} {rep['adaptive_over_versus_' + est + '_ci']}")
     if args.out:
         (Path(args.out) / "summary.json").write_text(json.dumps(reps, indent=1))
 

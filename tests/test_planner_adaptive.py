@@ -698,6 +698,35 @@ def test_engine_adaptive_from_a_hardware_profile_is_lossless():
     assert key == (4, "h100-sxm", 3)      # D, curve source, context octave (mean prompt 6.5 → 2³)
 
 
+def test_another_scheduler_class_is_built_and_kept_as_generates_own():
+    """benchmarks/adaptive_ab.py --versus runs another version of AdaptiveDraftLength side by side:
+    it is built from the same curve source and kept per drafter like generate's own, and the engine
+    drives it the same way (greedy output still the target's)."""
+    import draftwise
+    from draftwise.api import _adaptive_scheduler
+    from tiny_models import build
+
+    class Other(AdaptiveDraftLength):
+        decided = 0
+
+        def draft_cap(self, *a, **kw):
+            Other.decided += 1
+            return super().draft_cap(*a, **kw)
+
+    tgt = draftwise.load_target(build("llama", seed=0))
+    mine, other = draftwise.build_drafter("ngram", tgt), draftwise.build_drafter("ngram", tgt)
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2, 3], [4, 5, 6, 4, 5, 6, 4]]
+    ref = draftwise.generate(tgt, prompts, max_new_tokens=16)
+    for _ in range(2):
+        sched = _adaptive_scheduler(tgt, "h100-sxm", prompts, 4, other, 16, scheduler_cls=Other)
+        out = draftwise.generate(tgt, prompts, drafter=other, num_draft_tokens=4, max_new_tokens=16, adaptive=sched)
+        assert [o.token_ids for o in out] == [o.token_ids for o in ref]
+    draftwise.generate(tgt, prompts, drafter=mine, num_draft_tokens=4, max_new_tokens=16, adaptive="h100-sxm")
+    assert type(sched) is Other and Other.decided > 0
+    assert _adaptive_scheduler(tgt, "h100-sxm", prompts, 4, other, 16, scheduler_cls=Other) is sched
+    assert type(next(iter(tgt._schedulers[mine].values()))) is AdaptiveDraftLength
+
+
 def test_engine_adaptive_keeps_one_scheduler_across_calls(monkeypatch):
     """Prompts of another length in the same context octave, or another batch size, reuse the
     scheduler and what it learned; adaptive=True measures the steps/s curve once per batch size."""

@@ -79,7 +79,9 @@ def _eos_ids(target: ModelRunner) -> set[int]:
     return ids
 
 
-def _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens, draft, max_new_tokens):
+def _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens, draft, max_new_tokens, scheduler_cls=None):
+    """The scheduler `generate(adaptive=...)` decodes with; `scheduler_cls` another implementation of
+    `AdaptiveDraftLength` built the same way (benchmarks/adaptive_ab.py --versus)."""
     from .planner.adaptive import AdaptiveDraftLength, measure_sps_curve
 
     if not isinstance(adaptive, (bool, str, os.PathLike)):
@@ -113,8 +115,8 @@ def _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens, draft, max_new_tok
     except TypeError:        # not weak-referenceable: a fresh scheduler each call
         mine = {}
     if key not in mine:
-        mine[key] = AdaptiveDraftLength(sps_for_batch=for_batch,
-                                        draft_token_seconds=_profiled_draft_price(tgt, source, draft, L))
+        mine[key] = (scheduler_cls or AdaptiveDraftLength)(
+            sps_for_batch=for_batch, draft_token_seconds=_profiled_draft_price(tgt, source, draft, L))
     elif new_curve:
         mine[key].refresh_curves()
     return mine[key]
