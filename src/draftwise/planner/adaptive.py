@@ -327,6 +327,8 @@ class AdaptiveDraftLength:
 
     MAX_POS, BINS = 16, 10
     FORGET = 0.98   # a timed step's weight after each later step at its batch size (~50 steps' memory)
+    SHAPE_FORGET = 0.999   # the same for a wide step's price against the speed of its moment (~1000)
+    SHAPE_PRIOR = 0.5      # wide steps the curve's price of width is worth (`_slope`)
     SMALL = 64      # (row, position) pairs up to which the per-step schedule runs on plain lists
 
     def __init__(self, sps_curve: Optional[SPSLike] = None, alpha: float = 0.7, max_tokens: Optional[int] = None,
@@ -371,6 +373,8 @@ class AdaptiveDraftLength:
         self._tt: dict[tuple[int, int], list[float]] = {}   # (rows, width) → [count, seconds, clock then]
         self._clock: dict[int, int] = {}                   # steps timed per batch size
         self._tt_seen = 0
+        self._shape: dict[int, list[float]] = {}          # rows → [Σx², Σxy, count, clock then] (`_slope`)
+        self._levels: dict[int, float] = {}               # rows → a plain step's seconds, as last priced
         self._observed = 0
         self._times: dict[int, list[float]] = {}           # target_time per width, refreshed every 16 steps
         self._best: dict[tuple[int, int, float], int] = {}   # decisions since the statistics last changed
@@ -518,41 +522,73 @@ class AdaptiveDraftLength:
                 out.append((n * age, t * age, w))
         return out
 
-    def _mapping(self, batch_size: int, widths: int) -> tuple[float, float]:
-        """(a, b) of t ≈ a + b·curve fitted to the steps observed at `batch_size`: one width seen
-        (plain decoding) rescales the curve; two or more also correct its slope, the price of
-        width — in proportion to the (aged) steps seen beyond the commonest width, against
-        `prior_weight`: two points fit a line exactly, and one old probe would otherwise set the
-        price of every width."""
-        prior = self._prior_times(batch_size, widths)
+    def _level(self, batch_size: int, widths: int, rho: list) -> Optional[float]:
+        """The machine's speed now at `batch_size`, as a plain step's seconds: the plain steps timed
+        lately where there are some (an aged count of one or more), else every step timed, each
+        divided by its width's price `rho`; None if none was timed."""
         seen = self._seen(batch_size, widths)
-        if not seen:
-            return 0.0, 1.0
-        W = sum(n for n, _, _ in seen)
-        mx, my = sum(n * prior[w] for n, _, w in seen) / W, sum(t for _, t, _ in seen) / W
-        scale = my / mx
-        vxx = sum(n * prior[w] ** 2 for n, _, w in seen) / W - mx * mx
-        if vxx > 1e-6 * mx * mx:
-            slope = (sum(t * prior[w] for _, t, w in seen) / W - mx * my) / vxx
-            if 0.0 <= slope and my - slope * mx >= 0.0:
-                other = W - max(n for n, _, _ in seen)
-                lam = other / (other + self.prior_weight)
-                return lam * (my - slope * mx), lam * slope + (1.0 - lam) * scale
-        return 0.0, scale
+        plain = [(n, t) for n, t, w in seen if w == 0]
+        if plain and plain[0][0] >= 1.0:
+            return plain[0][1] / plain[0][0]
+        den = sum(n * rho[w] for n, _, w in seen)
+        return sum(t for _, t, _ in seen) / den if den > 0 else None
+
+    def _slope(self, batch_size: int) -> float:
+        """c of the price of width, ρ(w) = t(w)/t(0) = 1 + c·(ρ_curve(w) − 1): the curve's (c = 1,
+        worth SHAPE_PRIOR wide steps) corrected by the wide steps timed, each against the speed of
+        the moment (`_level`) and aged SHAPE_FORGET a step at its batch size. Fitted on raw
+        times, which the machine's drift moves by ±10 % within minutes, the price of width had
+        to age as fast as the speed (FORGET): an hour-old profile that put 4 drafts at batch 1,
+        1k tokens, at 1.8 plain steps where they cost 1.6 kept adaptive D at plain decoding where
+        D = 4 gained 3.6 %, and at batch 2 priced 8 drafts at 1.13 where they cost 1.5."""
+        st = self._shape.get(batch_size)
+        if st is None:
+            return 1.0
+        sxx, sxy, n, at = st
+        age = self.SHAPE_FORGET ** (self._clock.get(batch_size, 0) - at)
+        prior = self.SHAPE_PRIOR * sxx / n
+        return min(4.0, max(0.0, (prior + age * sxy) / (prior + age * sxx)))
+
+    def _note_width_price(self, batch_size: int, width: int, seconds: float) -> None:
+        """A step of `width` drafts timed: its price against the speed of the moment, for `_slope`."""
+        if batch_size not in self._times:
+            self._width_times(batch_size, width)        # the speed as of now
+        level = self._levels.get(batch_size)
+        prior = self._prior_times(batch_size, max(width + 1, self.MAX_POS + 1))
+        x = prior[width] / prior[0] - 1.0
+        if not level or x < 0.02:
+            return
+        y = min(max(seconds / level - 1.0, -0.5), 2.0 * x + 1.0)    # one odd step clipped
+        now = self._clock.get(batch_size, 0)
+        sxx, sxy, n, at = self._shape.get(batch_size, (0.0, 0.0, 0.0, now))
+        age = self.SHAPE_FORGET ** (now - at)
+        self._shape[batch_size] = [age * sxx + x * x, age * sxy + x * y, age * n + 1.0, now]
 
     def _target_times(self, batch_size: int, widths: int) -> list[float]:
+        """Per width, the speed now (`_level`) times the price of width (`_slope`), blended with
+        the steps of that width timed lately, nondecreasing in width."""
         prior = self._prior_times(batch_size, widths)
         seen = self._seen(batch_size, widths)
         observed = {b for b, _ in self._tt}
         # a batch size not yet observed (the batch less one row, for `static_worth`) borrows the
-        # mapping of the nearest one observed: the machine's drift is the same for both. Taken raw
-        # next to a rescaled batch size, a drift of 10 % moved φ, the worth of a token of a row
-        # ahead, by 0.3 at batch 4
+        # drift and the price of width of the nearest one observed: the machine's drift is the
+        # same for both. Taken raw next to a rescaled batch size, a drift of 10 % moved φ, the
+        # worth of a token of a row ahead, by 0.3 at batch 4
         src = batch_size if batch_size in observed or not observed else \
             min(observed, key=lambda b: abs(math.log(b / batch_size)))
-        a, b = self._mapping(src, widths)
+        slope = self._slope(src)
+        rho = [1.0 + slope * (p / prior[0] - 1.0) for p in prior]
+        if src == batch_size:
+            level = self._level(batch_size, widths, rho)
+            if level is not None:
+                self._levels[batch_size] = level
+        else:
+            sp = self._prior_times(src, widths)
+            level = self._level(src, widths, [1.0 + slope * (p / sp[0] - 1.0) for p in sp])
+            level = None if level is None else level * prior[0] / sp[0]
+        base = prior[0] if level is None else level
         k = self.prior_weight
-        out = [k * (a + b * p) for p in prior]
+        out = [k * base * r for r in rho]
         count = [k] * widths
         for n, t, w in seen:
             out[w] += t
@@ -883,6 +919,8 @@ class AdaptiveDraftLength:
             n, t, at = self._tt.get(key, (0.0, 0.0, now))
             age = self.FORGET ** (now - at)
             self._tt[key] = [age * n + 1.0, age * t + target_seconds, now]
+            if key[1] > 0:
+                self._note_width_price(B, key[1], target_seconds)
             self._tt_seen += 1
             if self._tt_seen % (16 if self._tt_seen < 512 else 64) == 0:
                 # timings move slowly: decide afresh now and then (each time ~0.15 ms of Python)
