@@ -293,11 +293,13 @@ class AdaptiveDraftLength:
       row proposes and the step is a plain one. Without this, acceptance conditional on proposing
       made prompt lookup look worth drafting at batch 8, where every step then verified
       B·(1 + D) tokens for far fewer accepted ones;
-    - step times: the SPS curve (a profile, or a measurement before decoding) is the prior; the
+    - step times: the SPS curve (a profile, or a measurement before decoding) is the prior. The
       time of every verified step besides drafting, by width, is blended in (`target_time`), each
-      aged by every later step at its batch size, and the curve mapped onto the speed observed —
-      a shared machine drifts by tens of per cent, and a step pays for more than the forward the
-      curve times (the acceptance test, bookkeeping);
+      aged by every later step at its batch size; the speed (a plain step's time) follows the
+      last ~50 steps, and the price of width, the curve's corrected by each wide step against the
+      speed of its moment, the last ~1000 — a shared machine drifts by tens of per cent within
+      minutes, the price of width far less, and a step pays for more than the forward the curve
+      times (the acceptance test, bookkeeping);
       both the curve and the blend are kept nondecreasing in width (a measured curve dips);
     - exploration: every step that drafts D and verifies it observes positions 1…D. The first
       step drafts and verifies one token, which prices the drafter (unless `draft_token_seconds`,
