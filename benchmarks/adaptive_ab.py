@@ -215,6 +215,39 @@ def widths(folder: Path) -> str:
     return f"{folder.name}: median target ms (steps) at {B} rows\n" + "\n".join(rows)
 
 
+def costs(root: Path) -> str:
+    """Per cell under `root` (after round 1), what adaptive D's steps cost over plain decoding's, in
+    % of plain decoding's step-priced time: its steps that verify drafts (each priced as in
+    `summarise`, less a plain step of as many rows, plus its drafter seconds) and its plain steps'
+    drafter and bookkeeping seconds above plain decoding's mean — where plain decoding is best,
+    the whole price of being adaptive, in its two parts (probes, the scheduler's Python)."""
+    rows = ["| cell | adaptive / plain, step-priced | verifying steps | their extra | plain steps' extra |",
+            "|---|---|---|---|---|"]
+    for d in sorted(p for p in root.iterdir() if (p / "units.jsonl").exists()):
+        units = load_units(d / "units.jsonl")
+        per_round = 1 + max(u["batch"] for u in units)
+        units = [u for u in units if u["unit"] >= per_round]
+        if not units or "adaptive" not in units[0]["configs"]:
+            continue
+        by: dict[tuple[int, int], list[float]] = {}
+        for u in units:
+            for c in u["configs"].values():
+                for r, w, tt, _, _ in c["steps"]:
+                    by.setdefault((r, w), []).append(tt)
+        price = {k: statistics.median(v) for k, v in by.items()}
+        steps = {n: [s for u in units for s in u["configs"][n]["steps"]] for n in ("plain", "adaptive")}
+        total = {n: sum(price[(r, w)] + td + to for r, w, _, td, to in st) for n, st in steps.items()}
+        wide = sum(price[(r, w)] - price.get((r, 0), price[(r, w)]) + td
+                   for r, w, _, td, _ in steps["adaptive"] if w)
+        plain_extra = statistics.mean(td + to for _, _, _, td, to in steps["plain"])
+        narrow = [td + to for _, w, _, td, to in steps["adaptive"] if not w]
+        extra = (statistics.mean(narrow) - plain_extra) * len(narrow) if narrow else 0.0
+        n_wide = sum(1 for s in steps["adaptive"] if s[1])
+        rows.append(f"| {d.name} | {total['plain'] / total['adaptive']:.4f} | {n_wide} / {len(steps['adaptive'])} | "
+                    f"{100 * wide / total['plain']:.2f} % | {100 * extra / total['plain']:.2f} % |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = adaptive_parser(__doc__, requests=16)
     ap.add_argument("--max-new-tokens", type=int, default=48)
@@ -225,6 +258,8 @@ def main() -> None:
                     help="print a markdown table of the runs in DIR's subfolders (nothing is decoded)")
     ap.add_argument("--versus", default=None, metavar="PATH",
                     help="also run adaptive D with the AdaptiveDraftLength of this other version of planner/adaptive.py")
+    ap.add_argument("--costs", default=None, metavar="DIR",
+                    help="print, per cell folder in DIR, what adaptive D's steps cost over plain decoding's")
     ap.add_argument("--widths", default=None, metavar="DIR",
                     help="print the median target time of a step by configuration and width in the run DIR")
     args = ap.parse_args()
@@ -233,6 +268,9 @@ def main() -> None:
         return
     if args.widths:
         print(widths(Path(args.widths)))
+        return
+    if args.costs:
+        print(costs(Path(args.costs)))
         return
     label = f"{args.drafter}, {args.dataset}, batch {args.batch_size}"
     units = run(args)
