@@ -318,8 +318,8 @@ class AdaptiveDraftLength:
       model at batch 1 whose first draft is accepted 40 % of the time stops probing after a
       handful of probes; each one, in a new request, first has to feed the draft the whole
       prompt. Probes together may cost at most `explore` of the decoding time so far — the first
-      step's pricing included — and explore/(1 + k) after k probes in a row at a batch size that
-      left its choice standing (the whole budget again once one moves it); a probe waits while the model's price
+      step's pricing included — and explore/(1 + k) after k probes in a row that left the choice
+      standing (the whole budget again once one moves it); a probe waits while the model's price
       of it would overrun the budget, and then is charged what it measured over the model's price
       of the choice it displaced: at batch 8 a full-length probe costs 0.7 of a plain step, and
       where drafting never pays that bound is the whole price of being adaptive;
@@ -382,10 +382,8 @@ class AdaptiveDraftLength:
         self._best: dict[tuple[int, int, float], int] = {}   # decisions since the statistics last changed
         # once the drafter is priced (the first step), the first probe check comes right away
         self._since_probe, self._interval, self._probing = self.probe_every - 1, self.probe_every, False
-        # per batch size: probes in a row after which the choice stood, the choice at the last one
-        # (`_decide_cap`); a static batch's rows finish, and each batch size has its own choice
-        self._futile: dict[int, int] = {}
-        self._probe_choice: dict[int, int] = {}
+        self._futile = 0                       # probes in a row after which the choice stood (`_decide_cap`)
+        self._probe_choice: Optional[int] = None   # the choice when the last probe was made
         # coasting (`draft_cap`): plain steps decided ahead at batch `_coast_b`, `_coast_left` more;
         # their observed steps are summed in `_coast_acc` ([steps, seconds]) until folded in
         self._coast_b: Optional[int] = None
@@ -730,9 +728,8 @@ class AdaptiveDraftLength:
         # average's best D is drafting and verifying per step by the proposals seen (`_shape_cap`)
         free = batch_size == 1 and best < max_draft and self._drafting_is_free(batch_size, max_draft)
         self._since_probe += 1
-        futile = self._futile.get(batch_size, 0)
-        if futile and (self._shape_cap(max_draft) if free else best) != self._probe_choice.get(batch_size):
-            futile = self._futile[batch_size] = 0     # a probe moved the choice: the whole budget again
+        if self._futile and (self._shape_cap(max_draft) if free else best) != self._probe_choice:
+            self._futile, self._probe_choice = 0, None     # a probe moved the choice: the whole budget again
         if self._since_probe >= self._interval and best < max_draft and self._elapsed >= self._wait_until:
             # probe past the choice and verify it, or a pessimistic estimate (or a position never
             # observed) could not recover — but only while the evidence leaves room for it to pay:
@@ -743,12 +740,10 @@ class AdaptiveDraftLength:
             price = (full if D == max_draft else self._probe_cost(batch_size, best, D)) * self.target_time(batch_size, 0) \
                 + self._catch_up_price(batch_size)
             # each probe after which the choice stood shrinks the budget: after k of them in a row
-            # at this batch size, probes may cost explore/(1 + k) of the time decoded, so where
-            # drafting never pays their share falls as 1/√time instead of staying at `explore`
-            # (0.3–0.7 % of the cells where plain decoding won, BENCHMARKS §5.0). Counted over
-            # all batch sizes, the finishing rows of a static batch of 4 made choices at batch
-            # 1–3 that kept resetting one count: 20 verifying steps after round 1 where there were none
-            share = self.explore / (1 + futile)
+            # probes may cost explore/(1 + k) of the time decoded, so where drafting never pays
+            # their share falls as 1/√time instead of staying at `explore` (0.3–0.7 % of the
+            # cells where plain decoding won, BENCHMARKS §5.0)
+            share = self.explore / (1 + self._futile)
             if self._explored + price > share * self._elapsed:
                 # over the exploration budget: wait until it covers this probe (pricing it every
                 # step while waiting cost ~25 µs a step, 0.1 % at batch 16)
@@ -756,9 +751,9 @@ class AdaptiveDraftLength:
             elif self._best_cap(batch_size, D, self.optimism) > best or (
                     free and D == max_draft and self._shape_cap(max_draft, self.optimism) > self._shape_cap(max_draft)):
                 choice = self._shape_cap(max_draft) if free else best
-                if batch_size in self._probe_choice:
-                    self._futile[batch_size] = futile + 1 if choice == self._probe_choice[batch_size] else 0
-                self._probe_choice[batch_size] = choice
+                if self._probe_choice is not None:
+                    self._futile = self._futile + 1 if choice == self._probe_choice else 0
+                self._probe_choice = choice
                 self._since_probe = 0
                 self._interval = self.probe_every if best > 0 else min(2 * self._interval, self.max_probe_interval)
                 self._probing = True
