@@ -124,19 +124,29 @@ def ci(values: np.ndarray) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def summarise(units: list[dict], label: str, skip_rounds: int = 0) -> dict:
-    """Ratios with their intervals; `skip_rounds` leaves out the first rounds (adaptive D's one-off
-    learning: pricing the drafter, its first probes), as a long-running server would amortise them."""
+def after_rounds(units: list[dict], rounds: int) -> list[dict]:
+    """The units after the first `rounds` rounds of the request set."""
     per_round = 1 + max(u["batch"] for u in units)
-    units = [u for u in units if u["unit"] >= skip_rounds * per_round]
-    names = sorted(units[0]["configs"], key=lambda n: n != "plain")   # plain first (units rotate the order)
-    # median target seconds per step shape, pooled over every configuration and unit
+    return [u for u in units if u["unit"] >= rounds * per_round]
+
+
+def shape_prices(units: list[dict]) -> dict[tuple[int, int], float]:
+    """Median target seconds per step shape (rows, verified width), pooled over every
+    configuration and unit: the price `summarise` charges every step of that shape."""
     by_shape: dict[tuple[int, int], list[float]] = {}
     for u in units:
         for c in u["configs"].values():
             for rows, width, tt, _, _ in c["steps"]:
                 by_shape.setdefault((rows, width), []).append(tt)
-    price = {k: statistics.median(v) for k, v in by_shape.items()}
+    return {k: statistics.median(v) for k, v in by_shape.items()}
+
+
+def summarise(units: list[dict], label: str, skip_rounds: int = 0) -> dict:
+    """Ratios with their intervals; `skip_rounds` leaves out the first rounds (adaptive D's one-off
+    learning: pricing the drafter, its first probes), as a long-running server would amortise them."""
+    units = after_rounds(units, skip_rounds)
+    names = sorted(units[0]["configs"], key=lambda n: n != "plain")   # plain first (units rotate the order)
+    price = shape_prices(units)
     tok = np.array([[u["configs"][n]["tokens"] for n in names] for u in units], float)
     wall = np.array([[u["configs"][n]["seconds"] for n in names] for u in units])
     priced = np.array([[sum(price[(r, w)] + td + to for r, w, _, td, to in u["configs"][n]["steps"]) for n in names]
@@ -225,16 +235,10 @@ def costs(root: Path) -> str:
             "|---|---|---|---|---|"]
     for d in sorted(p for p in root.iterdir() if (p / "units.jsonl").exists()):
         units = load_units(d / "units.jsonl")
-        per_round = 1 + max(u["batch"] for u in units)
-        units = [u for u in units if u["unit"] >= per_round]
+        units = after_rounds(units, 1)
         if not units or "adaptive" not in units[0]["configs"]:
             continue
-        by: dict[tuple[int, int], list[float]] = {}
-        for u in units:
-            for c in u["configs"].values():
-                for r, w, tt, _, _ in c["steps"]:
-                    by.setdefault((r, w), []).append(tt)
-        price = {k: statistics.median(v) for k, v in by.items()}
+        price = shape_prices(units)
         steps = {n: [s for u in units for s in u["configs"][n]["steps"]] for n in ("plain", "adaptive")}
         total = {n: sum(price[(r, w)] + td + to for r, w, _, td, to in st) for n, st in steps.items()}
         wide = sum(price[(r, w)] - price.get((r, 0), price[(r, w)]) + td

@@ -849,7 +849,7 @@ class AdaptiveDraftLength:
         Up to 409cf22 the row alone at the back counted 1 and every other row φ, which prices a
         plain step at 1 + (B − 1)·φ (1.5 at batch 2, not 2): a draft of a row that is ahead or
         level looked a third more worth verifying than it is, and prompt lookup at batch 2
-        verified 7–8 drafts in 317 of 2049 steps, at 0.95 of D = 3 (BENCHMARKS §5.0).
+        verified 7–8 drafts in 317 of 2049 steps, at 0.95 of D = 3 (BENCHMARKS §5.0g).
         None (every token 1) at batch 1."""
         rem = self._remaining
         if not self.static_batch or rem is None or batch_size < 2 or len(rem) != batch_size:
