@@ -235,7 +235,7 @@ def costs(root: Path) -> str:
             "|---|---|---|---|---|"]
     for d in sorted(p for p in root.iterdir() if (p / "units.jsonl").exists()):
         units = load_units(d / "units.jsonl")
-        units = after_rounds(units, 1)
+        units = after_rounds(units, 1) if units else []
         if not units or "adaptive" not in units[0]["configs"]:
             continue
         price = shape_prices(units)
