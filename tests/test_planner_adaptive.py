@@ -569,13 +569,13 @@ def test_probes_are_charged_what_they_measured():
 def test_an_unobserved_batch_size_borrows_the_drift_of_the_nearest_observed():
     """The machine runs at half the curve's speed at batch 4; batch 3 (a row finished), never
     observed yet, is taken at half speed too. Taken raw it made a token of a row ahead
-    (`row_weights`' φ = B·(t(B) − t(B − 1))/t(B)) look worth far more than the curve says."""
+    (`static_worth`'s φ = B·(t(B) − t(B − 1))/t(B)) look worth far more than the curve says."""
     sched = AdaptiveDraftLength(sps_for_batch=lambda b: (lambda N: 1.0 / (0.010 + 0.001 * b)))
     for _ in range(50):
         sched.observe(torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long), target_seconds=0.028)
     assert sched.target_time(4, 0) == pytest.approx(0.028, rel=0.02)
     assert sched.target_time(3, 0) == pytest.approx(0.026, rel=0.02)
-    assert sched._phi(4) == pytest.approx(4 * 1 / 14, rel=0.05)
+    assert sched._phi_beta(4)[0] == pytest.approx(4 * 1 / 14, rel=0.05)
 
 
 def test_rows_level_at_the_back_teach_the_pace_of_the_slowest():

@@ -678,7 +678,7 @@ class AdaptiveDraftLength:
         16–64 timed steps: until the next refresh or probe check the answer is 0, so those steps
         skip the decision and `observe` only sums their time. Deciding and observing each of them
         cost 0.03–0.06 ms a step on this CPU (0.2–0.5 % of a plain step) where plain decoding won."""
-        period = 16 if self._tt_seen < 512 else 64
+        period = self._refresh_period()
         left = period - 1 - self._tt_seen % period          # timed steps before the next refresh
         due = self._interval - self._since_probe - 1        # draft_cap calls before a probe check
         if due < 0:     # a probe due but over its budget: plain steps until the budget covers it
@@ -701,7 +701,16 @@ class AdaptiveDraftLength:
         F = self.FORGET
         age, run = F ** (now - at), (1.0 - F ** k) / (1.0 - F)
         self._tt[(B, 0)] = [age * n + run, age * t + run * secs / k, now]
-        period = 16 if self._tt_seen < 512 else 64
+        self._count_timed(k)
+
+    def _refresh_period(self) -> int:
+        """Timed steps between two refreshes of the step times (`_count_timed`)."""
+        return 16 if self._tt_seen < 512 else 64
+
+    def _count_timed(self, k: int) -> None:
+        """k more steps timed: where that crosses a refresh, decide afresh (timings move slowly;
+        each refresh costs ~0.15 ms of Python)."""
+        period = self._refresh_period()
         before, self._tt_seen = self._tt_seen, self._tt_seen + k
         if self._tt_seen // period > before // period:
             self._best.clear()
@@ -882,9 +891,6 @@ class AdaptiveDraftLength:
             pb = self._phis[batch_size] = (phi, max(0.0, batch_size * one / full - phi))
         return pb
 
-    def _phi(self, batch_size: int) -> float:
-        return self._phi_beta(batch_size)[0]
-
     def _probe_cost(self, batch_size: int, best: int, D: int) -> float:
         """Extra step time of drafting and verifying D tokens instead of `best`, in plain steps."""
         step = self._step_time(batch_size)
@@ -923,12 +929,7 @@ class AdaptiveDraftLength:
             self._tt[key] = [age * n + 1.0, age * t + target_seconds, now]
             if key[1] > 0:
                 self._note_width_price(B, key[1], target_seconds)
-            self._tt_seen += 1
-            if self._tt_seen % (16 if self._tt_seen < 512 else 64) == 0:
-                # timings move slowly: decide afresh now and then (each time ~0.15 ms of Python)
-                self._best.clear()
-                self._times.clear()
-                self._phis.clear()
+            self._count_timed(1)
         if catch_up and self._pending > 0.0 and self._priced and draft_seconds > 0:
             extra = draft_seconds - self._draft_cost()(drafted)
             self._kappa = [self._kappa[0] + 1.0, self._kappa[1] + max(extra, 0.0) / self._pending]
