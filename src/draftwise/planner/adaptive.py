@@ -293,16 +293,15 @@ class AdaptiveDraftLength:
       row proposes and the step is a plain one. Without this, acceptance conditional on proposing
       made prompt lookup look worth drafting at batch 8, where every step then verified
       B·(1 + D) tokens for far fewer accepted ones;
-    - step times: the SPS curve (a profile, or a measurement before decoding) is the prior. The
-      time of every verified step besides drafting, by width, is blended in (`target_time`), each
-      aged by every later step at its batch size; the speed (a plain step's time) follows the
-      last ~50 steps, and the price of width, the curve's corrected by each wide step against the
-      speed of its moment, the last ~1000 — a shared machine drifts by tens of per cent within
-      minutes, the price of width far less, and a step pays for more than the forward the curve
-      times (the acceptance test, bookkeeping);
-      the curve is kept nondecreasing in width (a profile's dips are partly noise), while the
-      widths timed lately are priced as timed (a dip measured again and again is real: on this
-      CPU 5 tokens a row cost less than 3);
+    - step times: the SPS curve (a profile, or a measurement before decoding) is the prior. A
+      step's time besides drafting (`target_time`) is the speed of the moment (a plain step's
+      time, following the last ~50 steps timed at its batch size) times the price of its width,
+      the curve's corrected by each step timed against the speed of its moment, over the last
+      ~1000 — a shared machine drifts by tens of per cent within minutes, the price of width far
+      less, and a step pays for more than the forward the curve times (the acceptance test,
+      bookkeeping). The curve is kept nondecreasing in width (a profile's dips are partly
+      noise); a width timed is priced as timed, dips included (on this CPU 5 tokens a row cost
+      less than 3);
     - exploration: every step that drafts D and verifies it observes positions 1…D. The first
       step drafts and verifies one token, which prices the drafter (unless `draft_token_seconds`,
       from a profile that measured this drafter, gives the price ahead; a step in which the drafter
@@ -378,6 +377,7 @@ class AdaptiveDraftLength:
         self._clock: dict[int, int] = {}                   # steps timed per batch size
         self._tt_seen = 0
         self._shape: dict[int, list[float]] = {}          # rows → [Σx², Σxy, count, clock then] (`_slope`)
+        self._ratio: dict[tuple[int, int], list[float]] = {}   # (rows, width) → [count, Σ t/level, clock then]
         self._levels: dict[int, float] = {}               # rows → a plain step's seconds, as last priced
         self._observed = 0
         self._times: dict[int, list[float]] = {}           # target_time per width, refreshed every 16 steps
@@ -387,7 +387,8 @@ class AdaptiveDraftLength:
         self._futile = 0                       # probes in a row after which the choice stood (`_decide_cap`)
         self._probe_choice: Optional[int] = None   # the choice when the last probe was made
         # coasting (`draft_cap`): plain steps decided ahead at batch `_coast_b`, `_coast_left` more;
-        # their observed steps are summed in `_coast_acc` ([steps, seconds]) until folded in
+        # their observed steps are summed in `_coast_acc` ([steps, seconds aged as `observe`
+        # ages them]) until folded in
         self._coast_b: Optional[int] = None
         self._coast_left = 0
         self._coast_acc = [0, 0.0]
@@ -492,8 +493,7 @@ class AdaptiveDraftLength:
 
     def target_time(self, batch_size: int, width: int) -> float:
         """Seconds of a step (all but drafting) verifying `width` drafts in each of `batch_size`
-        rows: the SPS curve mapped onto the steps observed (`a + b·curve`), blended with the
-        observed steps of this width (decayed). The curve comes from a profile or a measurement taken before
+        rows (`_target_times`). The curve comes from a profile or a measurement taken before
         decoding; on a shared machine the target's speed, and the price of a wider step, drift
         from it."""
         return self._width_times(batch_size, width)[width]
@@ -554,29 +554,53 @@ class AdaptiveDraftLength:
         return min(4.0, max(0.0, (prior + age * sxy) / (prior + age * sxx)))
 
     def _note_width_price(self, batch_size: int, width: int, seconds: float) -> None:
-        """A step of `width` drafts timed: its price against the speed of the moment, for `_slope`."""
+        """A step of `width` drafts timed: its price against the speed of the moment, for `_slope`
+        and `_width_price`."""
         if batch_size not in self._times:
             self._width_times(batch_size, width)        # the speed as of now
         level = self._levels.get(batch_size)
+        if not level:
+            return
         prior = self._prior_times(batch_size, max(width + 1, self.MAX_POS + 1))
         x = prior[width] / prior[0] - 1.0
-        if not level or x < 0.02:
-            return
-        y = min(max(seconds / level - 1.0, -0.5), 2.0 * x + 1.0)    # one odd step clipped
+        y = min(max(seconds / level - 1.0, -0.5), 2.0 * max(x, 0.0) + 1.0)    # one odd step clipped
         now = self._clock.get(batch_size, 0)
+        F = self.SHAPE_FORGET
+        n, sy, at = self._ratio.get((batch_size, width), (0.0, 0.0, now))
+        self._ratio[(batch_size, width)] = [F ** (now - at) * n + 1.0, F ** (now - at) * sy + 1.0 + y, now]
+        if x < 0.02:
+            return
         sxx, sxy, n, at = self._shape.get(batch_size, (0.0, 0.0, 0.0, now))
-        age = self.SHAPE_FORGET ** (now - at)
+        age = F ** (now - at)
         self._shape[batch_size] = [age * sxx + x * x, age * sxy + x * y, age * n + 1.0, now]
 
+    WIDTH_PRIOR = 2.0      # steps of its own width that `_slope`'s price of a width is worth
+
+    def _width_price(self, batch_size: int, prior: list) -> list[float]:
+        """ρ(w), a step of w drafts in plain steps: the curve's price corrected by `_slope`, then by
+        the steps of that width timed, each against the speed of its moment and aged as `_slope`'s.
+        One c for every width cannot follow this CPU's matmul, which costs less at 8 tokens a row
+        than at 7 or 9: at batch 1, 256 tokens, 6 and 8 drafts cost 15 ms where 7 cost 10.9
+        (BENCHMARKS §5.0). Kept a width at a time, a dear width stays dear for ~1000 steps; priced
+        by raw times aged over ~50 steps, it was back at the curve's price before it was verified
+        again, and prompt lookup verified 6 or 8 drafts in 177 of 1539 steps."""
+        slope = self._slope(batch_size)
+        rho = [1.0 + slope * (p / prior[0] - 1.0) for p in prior]
+        now, k = self._clock.get(batch_size, 0), self.WIDTH_PRIOR
+        for (b, w), (n, sy, at) in self._ratio.items():
+            if b == batch_size and 0 < w < len(rho):
+                age = self.SHAPE_FORGET ** (now - at)
+                rho[w] = (k * rho[w] + age * sy) / (k + age * n)
+        return rho
+
     def _target_times(self, batch_size: int, widths: int) -> list[float]:
-        """Per width, the speed now (`_level`) times the price of width (`_slope`), blended with
-        the steps of that width timed lately. Only the curve is kept nondecreasing: a width timed
-        lately is priced as timed, dips included. On this CPU 4 drafts at batch 1, 1k tokens, cost
-        9.3 ms where 1–3 cost 9.9–11.1 and 7 cost 9.8 (BENCHMARKS §5.0); fitted nondecreasing,
-        2–7 all came out ~9.8, so 7 looked as cheap as 4 and prompt lookup verified 7 where its
-        last three drafts added 2 % of the tokens for 5 % of the time: 0.972 of D = 4."""
+        """Per width, the speed now (`_level`) times the price of width (`_width_price`). Only the
+        curve is kept nondecreasing: a width timed is priced as timed, dips included. On this CPU
+        4 drafts at batch 1, 1k tokens, cost 9.3 ms where 1–3 cost 9.9–11.1 and 7 cost 9.8
+        (BENCHMARKS §5.0); fitted nondecreasing, 2–7 all came out ~9.8, so 7 looked as cheap as 4
+        and prompt lookup verified 7 where its last three drafts added 2 % of the tokens for 5 %
+        of the time: 0.972 of D = 4."""
         prior = self._prior_times(batch_size, widths)
-        seen = self._seen(batch_size, widths)
         observed = {b for b, _ in self._tt}
         # a batch size not yet observed (the batch less one row, for `static_worth`) borrows the
         # drift and the price of width of the nearest one observed: the machine's drift is the
@@ -584,24 +608,19 @@ class AdaptiveDraftLength:
         # worth of a token of a row ahead, by 0.3 at batch 4
         src = batch_size if batch_size in observed or not observed else \
             min(observed, key=lambda b: abs(math.log(b / batch_size)))
-        slope = self._slope(src)
-        rho = [1.0 + slope * (p / prior[0] - 1.0) for p in prior]
         if src == batch_size:
+            rho = self._width_price(batch_size, prior)
             level = self._level(batch_size, widths, rho)
             if level is not None:
                 self._levels[batch_size] = level
         else:
+            slope = self._slope(src)
+            rho = [1.0 + slope * (p / prior[0] - 1.0) for p in prior]
             sp = self._prior_times(src, widths)
             level = self._level(src, widths, [1.0 + slope * (p / sp[0] - 1.0) for p in sp])
             level = None if level is None else level * prior[0] / sp[0]
         base = prior[0] if level is None else level
-        k = self.prior_weight
-        out = [k * base * r for r in rho]
-        count = [k] * widths
-        for n, t, w in seen:
-            out[w] += t
-            count[w] += n
-        return [o / c for o, c in zip(out, count)]
+        return [base * r for r in rho]
 
     def learned_sps(self, batch_size: int) -> Callable[[float], float]:
         """Steps/s against verified tokens N, from `target_time` (for the per-step schedulers)."""
@@ -695,8 +714,10 @@ class AdaptiveDraftLength:
             self._coast_b, self._coast_left = batch_size, n
 
     def _fold_coast(self) -> None:
-        """Fold the coasted plain steps' times into the step-time statistics, as `observe` would
-        have one by one (each its share of the seconds: the aging is exact, the split even)."""
+        """Fold the coasted plain steps' times into the step-time statistics exactly as `observe`
+        would have one by one. Split evenly, a coast across a change of the machine's speed set
+        the speed a later probe was priced against a little apart, and with the price of width
+        kept a width at a time that moved a probe."""
         B, (k, secs) = self._coast_b, self._coast_acc
         self._coast_b, self._coast_left = None, 0
         if B is None or k == 0:
@@ -706,7 +727,7 @@ class AdaptiveDraftLength:
         n, t, at = self._tt.get((B, 0), (0.0, 0.0, now))
         F = self.FORGET
         age, run = F ** (now - at), (1.0 - F ** k) / (1.0 - F)
-        self._tt[(B, 0)] = [age * n + run, age * t + run * secs / k, now]
+        self._tt[(B, 0)] = [age * n + run, age * t + secs, now]
         self._count_timed(k)
 
     def _refresh_period(self) -> int:
@@ -916,7 +937,7 @@ class AdaptiveDraftLength:
         if self._coast_b is not None and self._raw is None and not draft_seconds and self._charge is None:
             self._elapsed += target_seconds          # a coasted plain step (`_coast`): summed only
             self._coast_acc[0] += 1
-            self._coast_acc[1] += target_seconds
+            self._coast_acc[1] = self._coast_acc[1] * self.FORGET + target_seconds
             return
         ver = verified if isinstance(verified, list) else verified.tolist()
         self._elapsed += target_seconds + draft_seconds
@@ -928,13 +949,13 @@ class AdaptiveDraftLength:
             self._charge = None
         if target_seconds > 0 and ver:
             B = len(ver)
-            now = self._clock[B] = self._clock.get(B, 0) + 1
             key = (B, max(ver))
+            if key[1] > 0:      # against the speed before this step: it is not its own yardstick
+                self._note_width_price(B, key[1], target_seconds)
+            now = self._clock[B] = self._clock.get(B, 0) + 1
             n, t, at = self._tt.get(key, (0.0, 0.0, now))
             age = self.FORGET ** (now - at)
             self._tt[key] = [age * n + 1.0, age * t + target_seconds, now]
-            if key[1] > 0:
-                self._note_width_price(B, key[1], target_seconds)
             self._count_timed(1)
         if catch_up and self._pending > 0.0 and self._priced and draft_seconds > 0:
             extra = draft_seconds - self._draft_cost()(drafted)
@@ -1064,18 +1085,20 @@ class AdaptiveDraftLength:
                 self._note_shape([])
             return torch.zeros_like(num, dtype=torch.long)
         conf = self.confidence(proposal)
-        if self._full:
-            self._note_shape(conf[0, :proposed[0]].tolist())
         small = self.padded and B * D <= self.SMALL and not (self.learn and self._probing)
         if small:
             # plain Python end to end: a handful of (row, position) pairs, where numpy's per-call
             # cost made the scheduler ~0.25 ms of a 12 ms step at batch 2
             raw = self._raw = [[0.0 if c < 0.0 else 1.0 if c > 1.0 else c for c in row] for row in conf.tolist()]
+            if self._full:
+                self._note_shape(raw[0][:proposed[0]])
             cal = self._calibrate_rows(raw)
             w = _best_width_rows(cal, proposed, self._width_times(B, D), self.static_worth(B))
             w = num.clamp(max=w)
             return w if w.dtype == torch.long else w.long()
         raw = self._raw = _unit(_as_np(conf))
+        if self._full:
+            self._note_shape(raw[0, :proposed[0]].tolist())
         if self.learn and self._probing:    # a probe step decided by draft_cap (the engine drives it)
             # explore: verify everything drafted, or an uncalibrated pessimistic confidence would
             # never be verified and so never corrected (decided before verification: lossless)
