@@ -78,7 +78,7 @@ def in_engine(profile: str, batch_size: int, dataset: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engine", action="store_true", help="time the calls inside real decoding")
-    ap.add_argument("--profile", default="benchmarks/results/profile_s8.json")
+    ap.add_argument("--profile", default="benchmarks/results/profile_s14.json")
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--dataset", default="throughput-256")
     args = ap.parse_args()

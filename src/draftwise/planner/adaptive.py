@@ -579,11 +579,11 @@ class AdaptiveDraftLength:
     def _width_price(self, batch_size: int, prior: list) -> list[float]:
         """ρ(w), a step of w drafts in plain steps: the curve's price corrected by `_slope`, then by
         the steps of that width timed, each against the speed of its moment and aged as `_slope`'s.
-        One c for every width cannot follow this CPU's matmul, which costs less at 8 tokens a row
+        One c for every width cannot follow this CPU, whose step costs less at 8 tokens a row
         than at 7 or 9: at batch 1, 256 tokens, 6 and 8 drafts cost 15 ms where 7 cost 10.9
         (BENCHMARKS §5.0). Kept a width at a time, a dear width stays dear for ~1000 steps; priced
         by raw times aged over ~50 steps, it was back at the curve's price before it was verified
-        again, and prompt lookup verified 6 or 8 drafts in 177 of 1539 steps."""
+        again, and prompt lookup verified 6 or 8 drafts in 177 of 2038 steps."""
         slope = self._slope(batch_size)
         rho = [1.0 + slope * (p / prior[0] - 1.0) for p in prior]
         now, k = self._clock.get(batch_size, 0), self.WIDTH_PRIOR
@@ -778,7 +778,7 @@ class AdaptiveDraftLength:
             # each probe after which the choice stood shrinks the budget: after k of them in a row
             # probes may cost explore/(1 + k) of the time decoded, so where drafting never pays
             # their share falls as 1/√time instead of staying at `explore` (0.3–0.7 % of the
-            # cells where plain decoding won, BENCHMARKS §5.0)
+            # cells where plain decoding won, BENCHMARKS §5.0h)
             share = self.explore / (1 + self._futile)
             if self._explored + price > share * self._elapsed:
                 # over the exploration budget: wait until it covers this probe (pricing it every
