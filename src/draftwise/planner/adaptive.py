@@ -376,7 +376,6 @@ class AdaptiveDraftLength:
         self._tt: dict[tuple[int, int], list[float]] = {}   # (rows, width) → [count, seconds, clock then]
         self._clock: dict[int, int] = {}                   # steps timed per batch size
         self._tt_seen = 0
-        self._shape: dict[int, list[float]] = {}          # rows → [Σx², Σxy, count, clock then] (`_slope`)
         self._ratio: dict[tuple[int, int], list[float]] = {}   # (rows, width) → [count, Σ t/level, clock then]
         self._levels: dict[int, float] = {}               # rows → a plain step's seconds, as last priced
         self._observed = 0
@@ -537,21 +536,42 @@ class AdaptiveDraftLength:
         den = sum(n * rho[w] for n, _, w in seen)
         return sum(t for _, t, _ in seen) / den if den > 0 else None
 
-    def _slope(self, batch_size: int) -> float:
+    def _timed_widths(self, batch_size: int) -> dict[int, tuple[float, float]]:
+        """Per width timed at `batch_size`: (count, Σ t/level) of its steps, each timed against
+        the speed of its moment and aged SHAPE_FORGET a step at its batch size."""
+        now, out = self._clock.get(batch_size, 0), {}
+        for (b, w), (n, sy, at) in self._ratio.items():
+            if b == batch_size:
+                age = self.SHAPE_FORGET ** (now - at)
+                out[w] = (age * n, age * sy)
+        return out
+
+    @staticmethod
+    def _curve_price(prior: list, slope: float) -> list[float]:
+        """ρ_c(w) = 1 + c·(ρ_curve(w) − 1) for the curve's step times `prior`."""
+        return [1.0 + slope * (p / prior[0] - 1.0) for p in prior]
+
+    def _slope(self, batch_size: int, timed: Optional[dict] = None) -> float:
         """c of the price of width, ρ(w) = t(w)/t(0) = 1 + c·(ρ_curve(w) − 1): the curve's (c = 1,
-        worth SHAPE_PRIOR wide steps) corrected by the wide steps timed, each against the speed of
-        the moment (`_level`) and aged SHAPE_FORGET a step at its batch size. Fitted on raw
-        times, which the machine's drift moves by ±10 % within minutes, the price of width had
-        to age as fast as the speed (FORGET): an hour-old profile that put 4 drafts at batch 1,
-        1k tokens, at 1.8 plain steps where they cost 1.6 kept adaptive D at plain decoding where
-        D = 4 gained 3.6 %, and at batch 2 priced 8 drafts at 1.13 where they cost 1.5."""
-        st = self._shape.get(batch_size)
-        if st is None:
+        worth SHAPE_PRIOR wide steps) corrected by the wide steps timed (`_timed_widths`), fitted
+        through the origin on x = ρ_curve(w) − 1. Fitted on raw times, which the machine's drift
+        moves by ±10 % within minutes, the price of width had to age as fast as the speed
+        (FORGET): an hour-old profile that put 4 drafts at batch 1, 1k tokens, at 1.8 plain steps
+        where they cost 1.6 kept adaptive D at plain decoding where D = 4 gained 3.6 %, and at
+        batch 2 priced 8 drafts at 1.13 where they cost 1.5."""
+        timed = self._timed_widths(batch_size) if timed is None else timed
+        if not timed:
             return 1.0
-        sxx, sxy, n, at = st
-        age = self.SHAPE_FORGET ** (self._clock.get(batch_size, 0) - at)
-        prior = self.SHAPE_PRIOR * sxx / n
-        return min(4.0, max(0.0, (prior + age * sxy) / (prior + age * sxx)))
+        prior = self._prior_times(batch_size, max(max(timed) + 1, self.MAX_POS + 1))
+        sxx = sxy = n = 0.0
+        for w, (c, sy) in timed.items():
+            x = prior[w] / prior[0] - 1.0
+            if x >= 0.02:       # widths the curve prices as a plain step say nothing of c
+                sxx, sxy, n = sxx + c * x * x, sxy + x * (sy - c), n + c
+        if n <= 0.0:
+            return 1.0
+        k = self.SHAPE_PRIOR * sxx / n
+        return min(4.0, max(0.0, (k + sxy) / (k + sxx)))
 
     def _note_width_price(self, batch_size: int, width: int, seconds: float) -> None:
         """A step of `width` drafts timed: its price against the speed of the moment, for `_slope`
@@ -565,32 +585,25 @@ class AdaptiveDraftLength:
         x = prior[width] / prior[0] - 1.0
         y = min(max(seconds / level - 1.0, -0.5), 2.0 * max(x, 0.0) + 1.0)    # one odd step clipped
         now = self._clock.get(batch_size, 0)
-        F = self.SHAPE_FORGET
         n, sy, at = self._ratio.get((batch_size, width), (0.0, 0.0, now))
-        self._ratio[(batch_size, width)] = [F ** (now - at) * n + 1.0, F ** (now - at) * sy + 1.0 + y, now]
-        if x < 0.02:
-            return
-        sxx, sxy, n, at = self._shape.get(batch_size, (0.0, 0.0, 0.0, now))
-        age = F ** (now - at)
-        self._shape[batch_size] = [age * sxx + x * x, age * sxy + x * y, age * n + 1.0, now]
+        age = self.SHAPE_FORGET ** (now - at)
+        self._ratio[(batch_size, width)] = [age * n + 1.0, age * sy + 1.0 + y, now]
 
     WIDTH_PRIOR = 2.0      # steps of its own width that `_slope`'s price of a width is worth
 
     def _width_price(self, batch_size: int, prior: list) -> list[float]:
         """ρ(w), a step of w drafts in plain steps: the curve's price corrected by `_slope`, then by
-        the steps of that width timed, each against the speed of its moment and aged as `_slope`'s.
+        the steps of that width timed (`_timed_widths`).
         One c for every width cannot follow this CPU, whose step costs less at 8 tokens a row
         than at 7 or 9: at batch 1, 256 tokens, 6 and 8 drafts cost 15 ms where 7 cost 10.9
         (BENCHMARKS §5.0). Kept a width at a time, a dear width stays dear for ~1000 steps; priced
         by raw times aged over ~50 steps, it was back at the curve's price before it was verified
         again, and prompt lookup verified 6 or 8 drafts in 177 of 2038 steps."""
-        slope = self._slope(batch_size)
-        rho = [1.0 + slope * (p / prior[0] - 1.0) for p in prior]
-        now, k = self._clock.get(batch_size, 0), self.WIDTH_PRIOR
-        for (b, w), (n, sy, at) in self._ratio.items():
-            if b == batch_size and 0 < w < len(rho):
-                age = self.SHAPE_FORGET ** (now - at)
-                rho[w] = (k * rho[w] + age * sy) / (k + age * n)
+        timed = self._timed_widths(batch_size)
+        rho, k = self._curve_price(prior, self._slope(batch_size, timed)), self.WIDTH_PRIOR
+        for w, (n, sy) in timed.items():
+            if 0 < w < len(rho):
+                rho[w] = (k * rho[w] + sy) / (k + n)
         return rho
 
     def _target_times(self, batch_size: int, widths: int) -> list[float]:
@@ -615,9 +628,9 @@ class AdaptiveDraftLength:
                 self._levels[batch_size] = level
         else:
             slope = self._slope(src)
-            rho = [1.0 + slope * (p / prior[0] - 1.0) for p in prior]
+            rho = self._curve_price(prior, slope)
             sp = self._prior_times(src, widths)
-            level = self._level(src, widths, [1.0 + slope * (p / sp[0] - 1.0) for p in sp])
+            level = self._level(src, widths, self._curve_price(sp, slope))
             level = None if level is None else level * prior[0] / sp[0]
         base = prior[0] if level is None else level
         return [base * r for r in rho]
