@@ -28,6 +28,7 @@ measured side by side in one run instead of in two runs an hour apart. The file 
 module of this checkout's `draftwise.planner` (its relative imports resolve here), so it must fit
 the rest of this checkout.
 """
+import inspect
 import json
 import statistics
 from pathlib import Path
@@ -104,7 +105,14 @@ def scheduler_class(path: str):
     spec.loader.exec_module(mod)
     if not hasattr(mod, "AdaptiveDraftLength"):
         raise SystemExit(f"--versus {path} defines no AdaptiveDraftLength")
-    return mod.AdaptiveDraftLength
+    cls = mod.AdaptiveDraftLength
+    if "rows" not in inspect.signature(cls.draft_cap).parameters:     # older than the engine's row ids
+
+        class Versus(cls):
+            def draft_cap(self, *a, rows=None, **k):
+                return super().draft_cap(*a, **k)
+        return Versus
+    return cls
 
 
 def load_units(path: Path) -> list[dict]:

@@ -674,6 +674,36 @@ def test_a_dear_width_stays_dear_between_its_timings():
     assert times[5] == pytest.approx(10.8, rel=0.03) and times[7] == pytest.approx(11.0, rel=0.03), times
 
 
+def test_a_row_that_accepts_less_than_its_confidences_say_is_verified_less():
+    """The rows of a batch share one calibration, but are not alike: the row left last in a static
+    batch is the one that accepted least (prompt lookup, 256 tokens, batch 2: alone at the end,
+    rows accepted 0.67 of the drafts their calibrated confidences expected; BENCHMARKS §5.0).
+    Two rows proposing alike, one accepting every draft verified and one none: left alone at the
+    end of the batch, the good row's drafts are verified and the bad row's are not. Without row
+    ids both get the same width."""
+    import copy
+
+    def prop(B):
+        return Proposal(tokens=torch.zeros(B, 4, dtype=torch.long), num_tokens=torch.tensor([4] * B),
+                        confidence=torch.full((B, 4), 0.6))
+
+    for ids in (True, False):
+        sched = AdaptiveDraftLength(lambda N: 1.0 / (0.01 + 0.001 * N), probe_every=10 ** 6)
+        for _ in range(30):
+            sched.draft_cap(2, 4, rows=["good", "bad"] if ids else None)
+            k = int(sched(prop(2)).max())
+            sched.observe([k, k], [k, 0], 1e-6, 4, offered=[4, 4], target_seconds=0.012 + 0.001 * k)
+        widths = []
+        for row in ("good", "bad"):
+            alone = copy.deepcopy(sched)
+            alone.draft_cap(1, 4, rows=[row] if ids else None)
+            widths.append(int(alone(prop(1))[0]))
+        if ids:
+            assert widths == [4, 0], widths
+        else:
+            assert widths[0] == widths[1], widths
+
+
 def test_engine_adaptive_drafts_less_for_a_useless_expensive_drafter():
     """A random draft model (acceptance ≈ 0) learns to draft ~nothing; greedy output is unchanged."""
     import draftwise

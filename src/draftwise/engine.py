@@ -5,6 +5,7 @@ Each row keeps its own number of accepted tokens; finished rows leave the batch.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -60,6 +61,9 @@ class StopChecker:
         return any(s in tail for s in self.stop)
 
 
+_ROW_IDS = itertools.count()
+
+
 def decode(
     target: ModelRunner,
     drafter: Drafter | None,
@@ -76,6 +80,7 @@ def decode(
     now = lambda: time.perf_counter() - t_start  # noqa: E731
     B = len(prompts)
     reqs = [_Request(list(p), [], [], [], []) for p in prompts]
+    row_ids = [next(_ROW_IDS) for _ in prompts]    # for the scheduler: a row's own history, never reused
     stats = GenerationStats()
     hidden_layers = drafter.hidden_layers if drafter is not None else ()
     # a scheduler that learns from verified steps (AdaptiveDraftLength) also sets the draft length
@@ -109,7 +114,8 @@ def decode(
         cap = num_draft_tokens
         if drafting and learner is not None:   # how many to draft at all, from past steps only
             cap = min(cap, learner.draft_cap(n, num_draft_tokens, remaining=remaining,
-                                             catch_up=stats.t_prefill if fresh else 0.0))
+                                             catch_up=stats.t_prefill if fresh else 0.0,
+                                             rows=[row_ids[i] for i in active]))
         if drafting and skippable and (cap <= 0 or max(remaining) <= 0):
             drafting = False                   # nothing to draft: leave the drafter to catch up later
         if drafting:

@@ -176,10 +176,11 @@ class StaticWorth(NamedTuple):
 
 
 def _best_width(conf: np.ndarray, valid: list, times: list, weights: Optional[Sequence[float]] = None,
-                worth: Optional[StaticWorth] = None) -> int:
+                worth: Optional[StaticWorth] = None, scale: Optional[Sequence[float]] = None) -> int:
     """`schedule_width`'s search, given calibrated confidences [B, D] in [0, 1], the drafts per row
-    and the step seconds per width `times[0 … D]`. Lists and a handful of numpy calls: it runs
-    every step, where the torch and closure calls it replaced cost ~0.2 ms a step."""
+    and the step seconds per width `times[0 … D]`; `scale`, per row, a factor on its chance of
+    reaching each position (`AdaptiveDraftLength._row_scale`). Lists and a handful of numpy calls:
+    it runs every step, where the torch and closure calls it replaced cost ~0.2 ms a step."""
     B, D = conf.shape
     if not (B and D):
         return 0
@@ -190,6 +191,8 @@ def _best_width(conf: np.ndarray, valid: list, times: list, weights: Optional[Se
     surv = np.cumprod(conf[:, :top], axis=1)
     if min(valid) < top:
         surv = surv * (np.arange(top)[None, :] < np.asarray(valid)[:, None])
+    if scale is not None:
+        surv = np.minimum(1.0, surv * np.asarray(scale, np.float64)[:, None])
     if worth is not None:
         gain, tau = (worth.phi * surv.sum(0)).tolist(), float(B)
         n = min(worth.gap, top)
@@ -220,34 +223,40 @@ def _argmax_width(tau: float, gain: list, times: list) -> int:
     return w
 
 
-def _best_width_rows(cal: list, valid: list, times: list, worth: Optional[StaticWorth] = None) -> int:
+def _best_width_rows(cal: list, valid: list, times: list, worth: Optional[StaticWorth] = None,
+                     scale: Optional[Sequence[float]] = None) -> int:
     """`_best_width` in plain Python for a small batch (a few dozen (row, position) pairs, where a
     dozen numpy calls cost ~30 µs a step), with a static batch's `worth` (None: every token 1).
     The same answer as `_best_width` (tests/test_planner_adaptive.py)."""
-    return _argmax_width(*_gains_rows(cal, valid, worth), times)
+    return _argmax_width(*_gains_rows(cal, valid, worth, scale), times)
 
 
-def _gains_rows(cal: list, valid: list, worth: Optional[StaticWorth] = None) -> tuple[float, list]:
-    """(τ, gain per draft position) of `_argmax_width` for calibrated confidences on lists."""
-    top = min(max(valid, default=0), len(cal[0]) if cal else 0)
+def _gains_rows(cal: list, valid: list, worth: Optional[StaticWorth] = None,
+                scale: Optional[Sequence[float]] = None) -> tuple[float, list]:
+    """(τ, gain per draft position) of `_argmax_width` for calibrated confidences on lists; a row
+    may be shorter than the block (cut to what it proposed); `scale` as in `_best_width`."""
+    lens = [min(v, len(row)) for row, v in zip(cal, valid)]
+    top = max(lens, default=0)
     if top <= 0:
         return float(len(cal)), []
     phi = 1.0 if worth is None else worth.phi
     gain = [0.0] * top
-    for row, v in zip(cal, valid):
-        surv = 1.0
-        for j in range(min(v, top)):
+    for r, (row, v) in enumerate(zip(cal, lens)):
+        surv, k = 1.0, 1.0 if scale is None else scale[r]
+        for j in range(v):
             surv *= row[j]
-            gain[j] += phi * surv
+            gain[j] += phi * (surv if k == 1.0 else min(1.0, k * surv))
     if worth is not None and worth.beta > 0:
         n = min(worth.gap, top)
         both = [1.0] * n
         for r in worth.back:
-            row, v = cal[r], min(valid[r], n)
-            surv = 1.0
-            for j in range(n):
-                surv = surv * row[j] if j < v else 0.0
-                both[j] *= surv
+            row, v = cal[r], min(lens[r], n)
+            surv, k = 1.0, 1.0 if scale is None else scale[r]
+            for j in range(v):
+                surv *= row[j]
+                both[j] *= surv if k == 1.0 else min(1.0, k * surv)
+            for j in range(max(v, 0), n):
+                both[j] = 0.0
         for j in range(n):
             gain[j] += worth.beta * both[j]
     return float(len(cal)), gain
@@ -399,6 +408,9 @@ class AdaptiveDraftLength:
         self._kappa = [0.0, 0.0]               # catch-ups seen: count, Σ drafter seconds / pending prefill
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
         self._proposed: Optional[list[int]] = None    # per row, drafts the drafter made this step
+        self._row_ids: Optional[list] = None   # per row, the engine's id of it this step (`draft_cap`)
+        self._row_fit: dict = {}               # row id → [Σ accepted expected, Σ accepted], aged per step
+        self._cal: Optional[list] = None       # this step's calibrated confidences, as decided on
         self._remaining: Optional[list[int]] = None   # per row, tokens it may still generate this step
         self._shapes: dict[tuple, list] = {}   # batch 1, drafting the most: confidence bins → [steps, raw row]
         self._full = False                     # this step drafts the most at batch 1 (its shape is noted)
@@ -452,13 +464,16 @@ class AdaptiveDraftLength:
 
     def position_alpha(self, z: float = 0.0, behind: bool = False) -> list[float]:
         """Observed conditional acceptance per draft position (prior: `alpha`); with z > 0 its
-        upper confidence bound, z standard errors above; `behind`: of the rows furthest behind."""
-        w = self.prior_weight
-        n = np.asarray(self._lag_n if behind else self._pos_n) + w
-        p = (np.asarray(self._lag_acc if behind else self._pos_acc) + w * self.alpha) / n
-        if z:
-            p = np.minimum(1.0, p + z * np.sqrt(p * (1.0 - p) / n))
-        return p.tolist()
+        upper confidence bound, z standard errors above; `behind`: of the rows furthest behind.
+        Plain Python: 16 positions, where numpy's conversions cost more than the arithmetic."""
+        w, a0 = self.prior_weight, self.alpha
+        ns, accs = (self._lag_n, self._lag_acc) if behind else (self._pos_n, self._pos_acc)
+        out = []
+        for n, a in zip(ns, accs):
+            m = n + w
+            p = (a + w * a0) / m
+            out.append(min(1.0, p + z * math.sqrt(p * (1.0 - p) / m)) if z else p)
+        return out
 
     def proposal_rate(self) -> float:
         """Share of rows offered a draft that proposed anything (prior: 1, weight `prior_weight`)."""
@@ -685,10 +700,12 @@ class AdaptiveDraftLength:
         return best
 
     def draft_cap(self, batch_size: int, max_draft: int, remaining: Optional[Sequence[int]] = None,
-                  catch_up: float = 0.0) -> int:
+                  catch_up: float = 0.0, rows: Optional[Sequence] = None) -> int:
         """How many tokens to draft this step (before drafting); `remaining`, per row, the tokens
         it may still generate (for `static_worth`); `catch_up`, the target's seconds to prefill what
-        the drafter must absorb before it can propose (a catching-up drafter's prompts), 0 if none."""
+        the drafter must absorb before it can propose (a catching-up drafter's prompts), 0 if none;
+        `rows`, per row, an id the engine keeps for it across its steps and never gives another
+        (for `_row_scale`)."""
         if self._coast_left > 0 and batch_size == self._coast_b:
             # plain decoding decided ahead (`_coast`): nothing it reads can change before then
             self._coast_left -= 1
@@ -697,6 +714,9 @@ class AdaptiveDraftLength:
         self._fold_coast()
         self._probing = self._full = False
         self._remaining = None if remaining is None else list(remaining)
+        self._row_ids = None if rows is None else list(rows)
+        if rows is not None and len(self._row_fit) > len(self._row_ids):    # rows done: forget them
+            self._row_fit = {i: self._row_fit[i] for i in self._row_ids if i in self._row_fit}
         self._pending = float(catch_up)
         if not self.learn or max_draft <= 0:
             return max_draft
@@ -983,9 +1003,12 @@ class AdaptiveDraftLength:
         self._priced = self._priced or drafted > 0 or draft_seconds > 0
         if draft_seconds > 0:
             D = float(drafted)
-            self._cost = [0.98 * c + x for c, x in zip(self._cost, (1.0, D, draft_seconds, D * D, D * draft_seconds))]
+            c = self._cost
+            self._cost = [0.98 * c[0] + 1.0, 0.98 * c[1] + D, 0.98 * c[2] + draft_seconds,
+                          0.98 * c[3] + D * D, 0.98 * c[4] + D * draft_seconds]
         raw, self._raw = self._raw, None
         made, self._proposed = self._proposed, None
+        cal, self._cal = self._cal, None
         if raw is None:
             return
         acc = accepted if isinstance(accepted, list) else accepted.tolist()
@@ -1009,6 +1032,8 @@ class AdaptiveDraftLength:
         pos_n, pos_acc, bin_n, bin_acc = self._pos_n, self._pos_acc, self._bin_n, self._bin_acc
         lag_n, lag_acc = self._lag_n, self._lag_acc
         rows = raw.tolist() if isinstance(raw, np.ndarray) else raw
+        if self._row_ids is not None and len(self._row_ids) == len(rows):
+            self._fit_rows(rows if cal is None else cal, cal is None, ver, acc)
         for r, conf in enumerate(rows):
             a = acc[r]
             behind = lagging is None or lagging[r]
@@ -1033,6 +1058,40 @@ class AdaptiveDraftLength:
                     pos_n[m] += 1.0
                     if behind:
                         lag_n[m] += 1.0
+
+    ROW_PRIOR = 2.0     # accepted drafts expected of a row that its factor's prior (1) is worth
+    ROW_FORGET = 0.95   # a row's step after each later step of it (~20 steps' memory)
+
+    def _fit_rows(self, rows: list, raw: bool, ver: list, acc: list) -> None:
+        """Per row, the drafts it accepted against those its calibrated confidences expected, for
+        `_row_scale`; `rows` calibrated, or raw (`raw`: calibrated here, before this step's verdict
+        is learned)."""
+        cal = self._calibrate_rows(rows) if raw else rows
+        fit, F = self._row_fit, self.ROW_FORGET
+        for i, row, v, a in zip(self._row_ids, cal, ver, acc):
+            if v <= 0:
+                continue
+            surv, expect = 1.0, 0.0
+            for j in range(min(v, len(row))):
+                surv *= row[j]
+                expect += surv
+            e = fit.get(i)
+            fit[i] = [expect, float(a)] if e is None else [F * e[0] + expect, F * e[1] + a]
+
+    def _row_scale(self, batch_size: int) -> Optional[list[float]]:
+        """Per row, (accepted + k)/(expected + k) of its own steps so far (`_fit_rows`), with k =
+        `ROW_PRIOR`: calibration pools every row, and the rows of a static batch are not alike.
+        The row left last in a batch is the one that accepted least: alone at the end of batches
+        of 2 (prompt lookup, 256 tokens) rows accepted 0.67 of the drafts their calibrated
+        confidences expected, and the rows of 2 1.09 (BENCHMARKS §5.0). None without row ids."""
+        ids = self._row_ids
+        if ids is None or len(ids) != batch_size:
+            return None
+        k, fit, out = self.ROW_PRIOR, self._row_fit, []
+        for i in ids:
+            e = fit.get(i)
+            out.append(1.0 if e is None else (e[1] + k) / (e[0] + k))
+        return out
 
     def sps_at(self, batch_size: int) -> Callable[[float], float]:
         """The SPS curve used for a batch of `batch_size` rows."""
@@ -1077,8 +1136,8 @@ class AdaptiveDraftLength:
         return torch.full(tokens.shape, self.alpha, dtype=torch.float32, device=tokens.device)
 
     def _note_shape(self, row: list) -> None:
-        """Count a proposal drafted at full length at batch 1, by its confidence bins (for `_shape_cap`)."""
-        row = [0.0 if c < 0.0 else 1.0 if c > 1.0 else c for c in row]
+        """Count a proposal drafted at full length at batch 1, by its confidence bins (for
+        `_shape_cap`); `row` already in [0, 1]."""
         key = tuple(min(int(c * self.BINS), self.BINS - 1) for c in row)
         seen = self._shapes.get(key)
         if seen is not None:
@@ -1102,11 +1161,13 @@ class AdaptiveDraftLength:
         if small:
             # plain Python end to end: a handful of (row, position) pairs, where numpy's per-call
             # cost made the scheduler ~0.25 ms of a 12 ms step at batch 2
-            raw = self._raw = [[0.0 if c < 0.0 else 1.0 if c > 1.0 else c for c in row] for row in conf.tolist()]
+            # each row cut to what it proposed: nothing past it is verified or learned from
+            raw = self._raw = [[0.0 if c < 0.0 else 1.0 if c > 1.0 else c for c in row[:p]]
+                               for row, p in zip(conf.tolist(), proposed)]
             if self._full:
-                self._note_shape(raw[0][:proposed[0]])
-            cal = self._calibrate_rows(raw)
-            w = _best_width_rows(cal, proposed, self._width_times(B, D), self.static_worth(B))
+                self._note_shape(raw[0])
+            cal = self._cal = self._calibrate_rows(raw)
+            w = _best_width_rows(cal, proposed, self._width_times(B, D), self.static_worth(B), self._row_scale(B))
             w = num.clamp(max=w)
             return w if w.dtype == torch.long else w.long()
         raw = self._raw = _unit(_as_np(conf))
@@ -1118,7 +1179,8 @@ class AdaptiveDraftLength:
             return num.clone()
         if not self.padded:
             return schedule_prefix(self.calibrated(raw), num, self.learned_sps(B))
-        w = _best_width(self._calibrate(raw), proposed, self._width_times(B, D), worth=self.static_worth(B))
+        w = _best_width(self._calibrate(raw), proposed, self._width_times(B, D), worth=self.static_worth(B),
+                        scale=self._row_scale(B))
         return num.clamp(max=w).long()
 
 
