@@ -194,9 +194,11 @@ def summarise(units: list[dict], label: str, skip_rounds: int = 0) -> dict:
 
 def table(root: Path) -> str:
     """One markdown row per cell folder under `root` (as `adaptive_grid.sh` writes them)."""
-    rows = ["| drafter | set | batch | best fixed | adaptive / best fixed, step-priced | wall | "
-            "step-priced after round 1 | steps verifying drafts |", "|---|---|---|---|---|---|---|---|"]
     cells = [d for d in root.iterdir() if (d / "units.jsonl").exists()]
+    vs = any(json.loads((d / "setting.json").read_text()).get("versus") for d in cells)
+    rows = ["| drafter | set | batch | best fixed | adaptive / best fixed, step-priced | wall | "
+            "step-priced after round 1 | steps verifying drafts |" + (" adaptive / versus, after round 1 |" if vs else ""),
+            "|---|---|---|---|---|---|---|---|" + ("---|" if vs else "")]
     order = lambda d: (lambda s: (s["drafter"], s["dataset"], s["batch_size"]))(json.loads((d / "setting.json").read_text()))
     for d in sorted(cells, key=order):
         st = json.loads((d / "setting.json").read_text())
@@ -205,10 +207,13 @@ def table(root: Path) -> str:
         rounds = 1 + max(u["unit"] for u in units) // (1 + max(u["batch"] for u in units))
         warm = summarise(units, d.name, skip_rounds=1) if rounds > 2 else None
         a = rep["configs"]["adaptive"]
+        g = lambda r: (f"{r['adaptive_over_versus_step_priced']:.3f} [{r['adaptive_over_versus_step_priced_ci'][0]:.3f}, "  # noqa: E731
+                       f"{r['adaptive_over_versus_step_priced_ci'][1]:.3f}]" if "adaptive_over_versus_step_priced" in r else "–")
         f = lambda r, e: f"{r['adaptive_over_best_fixed_' + e]:.3f} [{r['adaptive_over_best_fixed_' + e + '_ci'][0]:.3f}, {r['adaptive_over_best_fixed_' + e + '_ci'][1]:.3f}]"  # noqa: E731
         rows.append(f"| {st['drafter'].split(':')[0]} | {st['dataset'].split('-')[-1]} | {st['batch_size']} | "
                     f"{rep['best_fixed_step_priced']} | {f(rep, 'step_priced')} | {f(rep, 'wall')} | "
-                    f"{f(warm, 'step_priced') if warm else '–'} | {a['verifying']} / {a['steps']} |")
+                    f"{f(warm, 'step_priced') if warm else '–'} | {a['verifying']} / {a['steps']} |"
+                    + (f" {g(warm or rep)} |" if vs else ""))
     return "\n".join(rows)
 
 
@@ -231,6 +236,24 @@ def widths(folder: Path) -> str:
                  for w in ws]
         rows.append(f"| {n} | {' | '.join(cells)} |")
     return f"{folder.name}: median target ms (steps) at {B} rows\n" + "\n".join(rows)
+
+
+def by_rows(folder: Path) -> str:
+    """After round 1, per configuration: steps and target seconds by the rows still in the batch,
+    and the drafter and bookkeeping seconds of every step. In a static batch the rows left last
+    decode alone: where a configuration's time goes that the others' does not."""
+    units = after_rounds(load_units(folder / "units.jsonl"), 1)
+    names = sorted(units[0]["configs"], key=lambda n: (n != "plain", n))
+    B = max(s[0] for u in units for c in u["configs"].values() for s in c["steps"])
+    head = " | ".join(f"{r} rows: steps, target s" for r in range(B, 0, -1))
+    rows = [f"| config | {head} | drafter + other s | all s |", "|---" * (B + 3) + "|"]
+    for n in names:
+        steps = [s for u in units for s in u["configs"][n]["steps"]]
+        per = [(sum(1 for s in steps if s[0] == r), sum(s[2] for s in steps if s[0] == r)) for r in range(B, 0, -1)]
+        over = sum(s[3] + s[4] for s in steps)
+        rows.append(f"| {n} | " + " | ".join(f"{k}, {t:.2f}" for k, t in per)
+                    + f" | {over:.3f} | {sum(t for _, t in per) + over:.2f} |")
+    return f"{folder.name}, after round 1\n" + "\n".join(rows)
 
 
 def costs(root: Path) -> str:
@@ -274,7 +297,12 @@ def main() -> None:
                     help="print, per cell folder in DIR, what adaptive D's steps cost over plain decoding's")
     ap.add_argument("--widths", default=None, metavar="DIR",
                     help="print the median target time of a step by configuration and width in the run DIR")
+    ap.add_argument("--rows", default=None, metavar="DIR",
+                    help="print, per configuration of the run DIR, its steps and seconds by the rows left in the batch")
     args = ap.parse_args()
+    if args.rows:
+        print(by_rows(Path(args.rows)))
+        return
     if args.table:
         print(table(Path(args.table)))
         return

@@ -4,7 +4,9 @@
 # resumable `adaptive_ab.py` run (a fresh process: adaptive D starts learning from nothing).
 # The fixed D compared are the two best of that cell in the validation sweep (the one best where
 # plain decoding won by a margin). Ends with a markdown table of every cell (OUT/table.md).
-# Usage: bash benchmarks/adaptive_grid.sh [OUT] [PROFILE]
+# With VERSUS=PATH (another version of src/draftwise/planner/adaptive.py) every cell also runs that
+# scheduler side by side (`adaptive_ab.py --versus`), ~25 % longer.
+# Usage: [VERSUS=old.py] bash benchmarks/adaptive_grid.sh [OUT] [PROFILE]
 set -euo pipefail
 OUT=${1:-runs/adaptive-grid}
 PROFILE=${2:-runs/pv-interleaved/profile.json}
@@ -12,7 +14,7 @@ PY=${PYTHON:-python}
 cell() {  # drafter dataset batch requests rounds fixed
     local name; name="$(echo "$1" | cut -d: -f1)-$2-b$3"
     "$PY" benchmarks/adaptive_ab.py --drafter "$1" --dataset "$2" --batch-size "$3" --requests "$4" \
-        --rounds "$5" --fixed "$6" --adaptive "$PROFILE" --out "$OUT/$name" 2>&1 | grep -v "^Loading" \
+        --rounds "$5" --fixed "$6" --adaptive "$PROFILE" --out "$OUT/$name" ${VERSUS:+--versus "$VERSUS"} 2>&1 | grep -v "^Loading" \
         | tee "$OUT/$name.txt"
 }
 mkdir -p "$OUT"

@@ -409,7 +409,7 @@ class AdaptiveDraftLength:
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
         self._proposed: Optional[list[int]] = None    # per row, drafts the drafter made this step
         self._row_ids: Optional[list] = None   # per row, the engine's id of it this step (`draft_cap`)
-        self._row_fit: dict = {}               # row id → [Σ accepted expected, Σ accepted], aged per step
+        self._row_fit: dict = {}               # row id → [Σ accepted expected, Σ accepted]
         self._cal: Optional[list] = None       # this step's calibrated confidences, as decided on
         self._remaining: Optional[list[int]] = None   # per row, tokens it may still generate this step
         self._shapes: dict[tuple, list] = {}   # batch 1, drafting the most: confidence bins → [steps, raw row]
@@ -1032,8 +1032,12 @@ class AdaptiveDraftLength:
         pos_n, pos_acc, bin_n, bin_acc = self._pos_n, self._pos_acc, self._bin_n, self._bin_acc
         lag_n, lag_acc = self._lag_n, self._lag_acc
         rows = raw.tolist() if isinstance(raw, np.ndarray) else raw
-        if self._row_ids is not None and len(self._row_ids) == len(rows):
-            self._fit_rows(rows if cal is None else cal, cal is None, ver, acc)
+        ids = self._row_ids if self._row_ids is not None and len(self._row_ids) == len(rows) else None
+        unverified = made is not None and any(acc[r] == ver[r] < min(made[r], P) for r in range(len(rows)))
+        if cal is None and (ids is not None or unverified):
+            cal = self._calibrate_rows(rows)     # as decided on: before this step's verdict is learned
+        if ids is not None:
+            self._fit_rows(ids, cal, ver, acc)
         for r, conf in enumerate(rows):
             a = acc[r]
             behind = lagging is None or lagging[r]
@@ -1048,6 +1052,21 @@ class AdaptiveDraftLength:
                 if behind:
                     lag_n[j] += 1.0
                     lag_acc[j] += y
+            if unverified and a == ver[r] < min(made[r], P):
+                # proposed, reached, and left unverified by the per-step schedule: counted at the
+                # acceptance calibrated for them. Left out, the acceptance per position was learned
+                # from the proposals the schedule chose (and from rows proposing nothing, always
+                # rejections), and the more it left out the lower it fell: prompt lookup at batch
+                # 2 learned 0.13 for a first draft where verifying every proposal learned 0.17,
+                # and stayed at plain decoding, where D = 3 gained 8 % (BENCHMARKS §5.0)
+                surv, row = 1.0, cal[r]
+                for j in range(ver[r], min(made[r], P, len(row))):
+                    pos_n[j] += surv
+                    pos_acc[j] += surv * row[j]
+                    if behind:
+                        lag_n[j] += surv
+                        lag_acc[j] += surv * row[j]
+                    surv *= row[j]
             if off is not None and off[r] > 0:
                 m = made[r]
                 self._rows[0] += 1.0
@@ -1059,16 +1078,13 @@ class AdaptiveDraftLength:
                     if behind:
                         lag_n[m] += 1.0
 
-    ROW_PRIOR = 2.0     # accepted drafts expected of a row that its factor's prior (1) is worth
-    ROW_FORGET = 0.95   # a row's step after each later step of it (~20 steps' memory)
+    ROW_PRIOR = 8.0     # accepted drafts expected of a row that its factor's prior (1) is worth
 
-    def _fit_rows(self, rows: list, raw: bool, ver: list, acc: list) -> None:
-        """Per row, the drafts it accepted against those its calibrated confidences expected, for
-        `_row_scale`; `rows` calibrated, or raw (`raw`: calibrated here, before this step's verdict
-        is learned)."""
-        cal = self._calibrate_rows(rows) if raw else rows
-        fit, F = self._row_fit, self.ROW_FORGET
-        for i, row, v, a in zip(self._row_ids, cal, ver, acc):
+    def _fit_rows(self, ids: list, cal: list, ver: list, acc: list) -> None:
+        """Per row (`ids`), the drafts it accepted against those its calibrated confidences `cal`
+        expected, for `_row_scale`."""
+        fit = self._row_fit
+        for i, row, v, a in zip(ids, cal, ver, acc):
             if v <= 0:
                 continue
             surv, expect = 1.0, 0.0
@@ -1076,14 +1092,15 @@ class AdaptiveDraftLength:
                 surv *= row[j]
                 expect += surv
             e = fit.get(i)
-            fit[i] = [expect, float(a)] if e is None else [F * e[0] + expect, F * e[1] + a]
+            fit[i] = [expect, float(a)] if e is None else [e[0] + expect, e[1] + a]
 
     def _row_scale(self, batch_size: int) -> Optional[list[float]]:
         """Per row, (accepted + k)/(expected + k) of its own steps so far (`_fit_rows`), with k =
         `ROW_PRIOR`: calibration pools every row, and the rows of a static batch are not alike.
         The row left last in a batch is the one that accepted least: alone at the end of batches
-        of 2 (prompt lookup, 256 tokens) rows accepted 0.67 of the drafts their calibrated
-        confidences expected, and the rows of 2 1.09 (BENCHMARKS §5.0). None without row ids."""
+        of 2 (prompt lookup, 256 tokens) rows accepted 0.47–0.67 of the drafts their calibrated
+        confidences expected, the rows of 2 1.09–1.18 (BENCHMARKS §5.0). With a weaker prior
+        (2, 4) a row's few first steps made its factor noise. None without row ids."""
         ids = self._row_ids
         if ids is None or len(ids) != batch_size:
             return None
