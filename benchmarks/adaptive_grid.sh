@@ -6,13 +6,15 @@
 # plain decoding won by a margin). Ends with a markdown table of every cell (OUT/table.md).
 # With VERSUS=PATH (another version of src/draftwise/planner/adaptive.py) every cell also runs that
 # scheduler side by side (`adaptive_ab.py --versus`), ~25 % longer.
-# Usage: [VERSUS=old.py] bash benchmarks/adaptive_grid.sh [OUT] [PROFILE]
+# ONLY=PATTERN runs only the cells whose drafter matches it (a shell pattern: ONLY=ngram).
+# Usage: [VERSUS=old.py] [ONLY=ngram] bash benchmarks/adaptive_grid.sh [OUT] [PROFILE]
 set -euo pipefail
 OUT=${1:-runs/adaptive-grid}
 PROFILE=${2:-runs/pv-interleaved/profile.json}
 PY=${PYTHON:-python}
 cell() {  # drafter dataset batch requests rounds fixed
     local name; name="$(echo "$1" | cut -d: -f1)-$2-b$3"
+    case "$1" in ${ONLY:-*}) ;; *) return 0 ;; esac
     "$PY" benchmarks/adaptive_ab.py --drafter "$1" --dataset "$2" --batch-size "$3" --requests "$4" \
         --rounds "$5" --fixed "$6" --adaptive "$PROFILE" --out "$OUT/$name" ${VERSUS:+--versus "$VERSUS"} 2>&1 | grep -v "^Loading" \
         | tee "$OUT/$name.txt"
