@@ -657,7 +657,7 @@ def test_the_price_of_width_outlives_the_drift_of_the_speed():
 
 
 def test_a_dear_width_stays_dear_between_its_timings():
-    """Batch 1, 256 tokens, on this CPU (BENCHMARKS §5.0): 6 drafts cost 15 ms where 5 and 7
+    """Batch 1, 256 tokens, on this CPU (BENCHMARKS §5.0i): 6 drafts cost 15 ms where 5 and 7
     cost ~10.8 and a plain step 7.8; the curve says 6 costs as 5 and 7. Timed 6 drafts a few
     times, the scheduler keeps it dear for hundreds of plain steps after (it is seldom verified
     again), while 5 and 7 keep the curve's price, corrected as timed. Priced by raw times aged
@@ -1017,7 +1017,7 @@ def test_a_dip_in_the_curve_is_not_a_cheap_width():
 
 
 def test_a_dip_timed_again_and_again_is_a_cheap_width():
-    """This CPU at batch 1, 1k tokens (BENCHMARKS §5.0): 4 drafts cost 9.3 ms, 1–3 cost 9.9–11.1
+    """This CPU at batch 1, 1k tokens (BENCHMARKS §5.0i): 4 drafts cost 9.3 ms, 1–3 cost 9.9–11.1
     and 7 cost 9.8. Timed steps are priced as timed, so a proposal whose drafts 5–7 add less than
     they cost is verified to 4 — fitted nondecreasing, 1–7 all came out ~9.8 ms
     and it was verified to 7 (0.972 of D = 4)."""

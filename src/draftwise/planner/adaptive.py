@@ -611,7 +611,7 @@ class AdaptiveDraftLength:
         the steps of that width timed (`_timed_widths`).
         One c for every width cannot follow this CPU, whose step costs less at 8 tokens a row
         than at 7 or 9: at batch 1, 256 tokens, 6 and 8 drafts cost 15 ms where 7 cost 10.9
-        (BENCHMARKS §5.0). Kept a width at a time, a dear width stays dear for ~1000 steps; priced
+        (BENCHMARKS §5.0i). Kept a width at a time, a dear width stays dear for ~1000 steps; priced
         by raw times aged over ~50 steps, it was back at the curve's price before it was verified
         again, and prompt lookup verified 6 or 8 drafts in 177 of 2038 steps."""
         timed = self._timed_widths(batch_size)
@@ -625,7 +625,7 @@ class AdaptiveDraftLength:
         """Per width, the speed now (`_level`) times the price of width (`_width_price`). Only the
         curve is kept nondecreasing: a width timed is priced as timed, dips included. On this CPU
         4 drafts at batch 1, 1k tokens, cost 9.3 ms where 1–3 cost 9.9–11.1 and 7 cost 9.8
-        (BENCHMARKS §5.0); fitted nondecreasing, 2–7 all came out ~9.8, so 7 looked as cheap as 4
+        (BENCHMARKS §5.0i); fitted nondecreasing, 2–7 all came out ~9.8, so 7 looked as cheap as 4
         and prompt lookup verified 7 where its last three drafts added 2 % of the tokens for 5 %
         of the time: 0.972 of D = 4."""
         prior = self._prior_times(batch_size, widths)
