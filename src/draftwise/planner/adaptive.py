@@ -240,23 +240,21 @@ def _gains_rows(cal: list, valid: list, worth: Optional[StaticWorth] = None,
     if top <= 0:
         return float(len(cal)), []
     phi = 1.0 if worth is None else worth.phi
-    gain = [0.0] * top
+    gain, survs = [0.0] * top, []
     for r, (row, v) in enumerate(zip(cal, lens)):
-        surv, k = 1.0, 1.0 if scale is None else scale[r]
+        surv, k, reach = 1.0, 1.0 if scale is None else scale[r], []
         for j in range(v):
             surv *= row[j]
-            gain[j] += phi * (surv if k == 1.0 else min(1.0, k * surv))
+            reach.append(surv if k == 1.0 else min(1.0, k * surv))
+            gain[j] += phi * reach[j]
+        survs.append(reach)     # the row's chance of reaching each position, for the rows behind
     if worth is not None and worth.beta > 0:
         n = min(worth.gap, top)
         both = [1.0] * n
         for r in worth.back:
-            row, v = cal[r], min(lens[r], n)
-            surv, k = 1.0, 1.0 if scale is None else scale[r]
-            for j in range(v):
-                surv *= row[j]
-                both[j] *= surv if k == 1.0 else min(1.0, k * surv)
-            for j in range(max(v, 0), n):
-                both[j] = 0.0
+            reach = survs[r]
+            for j in range(n):
+                both[j] *= reach[j] if j < len(reach) else 0.0
         for j in range(n):
             gain[j] += worth.beta * both[j]
     return float(len(cal)), gain
@@ -1033,7 +1031,9 @@ class AdaptiveDraftLength:
         lag_n, lag_acc = self._lag_n, self._lag_acc
         rows = raw.tolist() if isinstance(raw, np.ndarray) else raw
         ids = self._row_ids if self._row_ids is not None and len(self._row_ids) == len(rows) else None
-        unverified = made is not None and any(acc[r] == ver[r] < min(made[r], P) for r in range(len(rows)))
+        # per row: proposed, every draft verified accepted, and some left unverified past them
+        left = [made is not None and acc[r] == ver[r] < min(made[r], P) for r in range(len(rows))]
+        unverified = any(left)
         if cal is None and (ids is not None or unverified):
             cal = self._calibrate_rows(rows)     # as decided on: before this step's verdict is learned
         if ids is not None:
@@ -1052,7 +1052,7 @@ class AdaptiveDraftLength:
                 if behind:
                     lag_n[j] += 1.0
                     lag_acc[j] += y
-            if unverified and a == ver[r] < min(made[r], P):
+            if left[r]:
                 # proposed, reached, and left unverified by the per-step schedule: counted at the
                 # acceptance calibrated for them. Left out, the acceptance per position was learned
                 # from the proposals the schedule chose (and from rows proposing nothing, always
@@ -1076,7 +1076,7 @@ class AdaptiveDraftLength:
                     if behind:
                         lag_n[m] += 1.0
         group = [r for r in range(len(rows)) if lagging is None or lagging[r]]
-        if unverified and group and all(ver[r] == 0 < made[r] for r in group):
+        if group and all(left[r] and ver[r] == 0 for r in group):
             # the rows behind, all proposing and none verified: their acceptance stands for the
             # batch's end, which moves only where every one of them accepts — one observation at
             # the product of their calibrated acceptances. Counted a row at a time at each row's
