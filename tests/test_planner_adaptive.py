@@ -704,6 +704,39 @@ def test_a_row_that_accepts_less_than_its_confidences_say_is_verified_less():
             assert widths[0] == widths[1], widths
 
 
+def test_a_row_alone_from_its_first_step_gets_no_factor_of_its_own():
+    """The factor of the test above is for the rows of a shared static batch, where the row left
+    last is the one that accepted least. A request decoded alone is not picked out that way, and its
+    factor only locked it in: once low, its drafts were no longer verified, so it never recovered.
+    Replayed (benchmarks/adaptive_replay.py), prompt lookup at batch 1, 1k tokens, ran at 0.961 of
+    D = 4 with the factor and 1.000 without (BENCHMARKS §5.0). Here a row alone that accepted none
+    of its first drafts is verified as a row never seen; one that shared its batch is not."""
+    import copy
+
+    def prop(B):
+        return Proposal(tokens=torch.zeros(B, 4, dtype=torch.long), num_tokens=torch.tensor([4] * B),
+                        confidence=torch.full((B, 4), 0.6))
+
+    for shared in (False, True):
+        # a heavy calibration prior: the pooled calibration stays at the raw 0.6 throughout
+        sched = AdaptiveDraftLength(lambda N: 1.0 / (0.01 + 0.001 * N), probe_every=10 ** 6, prior_weight=1e6)
+        for _ in range(20):
+            rows = ["solo", "other"] if shared else ["solo"]
+            sched.draft_cap(len(rows), 4, rows=rows)
+            k = sched(prop(len(rows))).tolist()
+            sched.observe(k, [0] * len(rows), 1e-6, 4, offered=[4] * len(rows),
+                          target_seconds=0.012 + 0.001 * max(k))
+        widths = []
+        for row in ("solo", "new"):
+            alone = copy.deepcopy(sched)
+            alone.draft_cap(1, 4, rows=[row])
+            widths.append(int(alone(prop(1))[0]))
+        if shared:
+            assert widths[0] < widths[1], widths
+        else:
+            assert widths[0] == widths[1] > 0, widths
+
+
 def test_proposals_left_unverified_count_at_their_calibrated_acceptance():
     """Acceptance per position decides how many to draft; the per-step schedule decides which
     proposals to verify. Learned from the verified ones alone (and from rows proposing nothing,

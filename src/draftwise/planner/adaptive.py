@@ -715,6 +715,9 @@ class AdaptiveDraftLength:
         self._row_ids = None if rows is None else list(rows)
         if rows is not None and len(self._row_fit) > len(self._row_ids):    # rows done: forget them
             self._row_fit = {i: self._row_fit[i] for i in self._row_ids if i in self._row_fit}
+        if rows is not None and len(self._row_ids) > 1:     # rows sharing a step get a factor
+            for i in self._row_ids:
+                self._row_fit.setdefault(i, [0.0, 0.0])
         self._pending = float(catch_up)
         if not self.learn or max_draft <= 0:
             return max_draft
@@ -1095,8 +1098,8 @@ class AdaptiveDraftLength:
     ROW_PRIOR = 8.0     # accepted drafts expected of a row that its factor's prior (1) is worth
 
     def _fit_rows(self, ids: list, cal: list, ver: list, acc: list) -> None:
-        """Per row (`ids`), the drafts it accepted against those its calibrated confidences `cal`
-        expected, for `_row_scale`."""
+        """Per row (`ids`) that has shared a step with another (`draft_cap`), the drafts it accepted
+        against those its calibrated confidences `cal` expected, for `_row_scale`."""
         fit = self._row_fit
         for i, row, v, a in zip(ids, cal, ver, acc):
             if v <= 0:
@@ -1106,7 +1109,9 @@ class AdaptiveDraftLength:
                 surv *= row[j]
                 expect += surv
             e = fit.get(i)
-            fit[i] = [expect, float(a)] if e is None else [e[0] + expect, e[1] + a]
+            if e is not None:
+                e[0] += expect
+                e[1] += a
 
     def _row_scale(self, batch_size: int) -> Optional[list[float]]:
         """Per row, (accepted + k)/(expected + k) of its own steps so far (`_fit_rows`), with k =
@@ -1114,7 +1119,10 @@ class AdaptiveDraftLength:
         The row left last in a batch is the one that accepted least: alone at the end of batches
         of 2 (prompt lookup, 256 tokens) rows accepted 0.47–0.67 of the drafts their calibrated
         confidences expected, the rows of 2 1.09–1.18 (BENCHMARKS §5.0). With a weaker prior
-        (2, 4) a row's few first steps made its factor noise. None without row ids."""
+        (2, 4) a row's few first steps made its factor noise. A row alone in its batch from its
+        first step keeps 1: nothing picks it out, and its factor only locked it in — once low, its
+        drafts went unverified and it never recovered (prompt lookup replayed at batch 1, 1k
+        tokens: 0.961 of D = 4 with it, 1.000 without; BENCHMARKS §5.0). None without row ids."""
         ids = self._row_ids
         if ids is None or len(ids) != batch_size:
             return None

@@ -1,0 +1,202 @@
+"""Adaptive D's decisions without the machine's noise: prompt lookup replayed (BENCHMARKS §5.0).
+
+    python benchmarks/adaptive_replay.py --dataset throughput-1k --batch-size 1 \
+        --adaptive benchmarks/results/profile_s14.json [--times CELL/units.jsonl] [--versus OLD.py]
+
+Greedy output does not depend on what is drafted or verified, and prompt lookup's proposal at a
+point of the text depends only on the text before it. So one plain decode of the requests gives,
+for every row and position, the proposal (its matched length, so its confidences) and how many of
+its drafts the target accepts; any schedule can then be replayed step by step, exactly, in
+milliseconds. Each step is priced by a table of step times per (rows, width) — by default the
+cost model's curve from the profile (what the scheduler itself starts from); with `--times`, the
+medians a real run of the cell measured (`adaptive_ab.py` writes them), which is the fairer test:
+the scheduler then has to learn prices its prior got wrong. `--jitter` multiplies each step's time
+by noise (log-normal, seeded), as a shared machine does.
+
+Plain decoding, fixed D = 1 … `-D` and adaptive D (one scheduler learning over `--rounds` passes
+of the requests, as `adaptive_ab.py` runs it) are priced alike; the ratios count the rounds after
+the first. What this leaves out is the Python each choice costs per step (`adaptive_overhead.py`)
+and how step times move while a run goes: a schedule that wins here can still lose on the machine,
+one that loses here loses there too.
+"""
+import argparse
+import itertools
+import json
+import math
+import random
+from pathlib import Path
+from statistics import median
+
+import torch
+
+import draftwise as dw
+from draftwise.bench.datasets import load_dataset
+from draftwise.drafters.ngram import NgramIndex
+from draftwise.types import Proposal
+
+from adaptive_ab import scheduler_class
+
+
+def replay_rows(tgt, prompts, max_new: int, max_draft: int, max_n: int = 3, min_n: int = 1) -> list[list[tuple]]:
+    """Per request and generated position t: (matched n, drafts proposed at cap `max_draft`, drafts
+    of them the target accepts), from one plain greedy decode."""
+    out = dw.generate(tgt, prompts, max_new_tokens=max_new, ignore_eos=True)
+    table = []
+    for p, o in zip(prompts, out):
+        gen = list(o.token_ids)
+        seq, idx, rows = list(p), NgramIndex(max_n, min_n), []
+        for t in range(len(gen)):
+            cont, n = idx.match(seq, max_draft)
+            a = 0
+            while a < len(cont) and t + a < len(gen) and cont[a] == gen[t + a]:
+                a += 1
+            rows.append((n, len(cont), a))
+            seq.append(gen[t])
+        table.append(rows)
+    return table
+
+
+class Prices:
+    """Step seconds per (rows, width): measured medians where given, else the scheduler's prior."""
+
+    def __init__(self, prior, measured: dict | None = None, jitter: float = 0.0, seed: int = 0):
+        self.prior, self.measured = prior, measured or {}     # prior: rows → steps/s by tokens
+        self.jitter, self.rng = jitter, random.Random(seed)
+
+    def _prior(self, rows: int, width: int) -> float:
+        return 1.0 / self.prior(rows)(rows * (1 + width)) + 0.5e-3     # + the step's bookkeeping
+
+    def base(self, rows: int, width: int) -> float:
+        """A measured price where there is one; else the nearest measured (rows, width), lower
+        widths first, moved by the prior's ratio between the two."""
+        got = self.measured.get((rows, width))
+        if got is not None or not self.measured:
+            return got if got is not None else self._prior(rows, width)
+        r, w = min(self.measured, key=lambda k: (abs(k[0] - rows), abs(k[1] - width), k[1] > width))
+        return self.measured[(r, w)] * self._prior(rows, width) / self._prior(r, w)
+
+    def __call__(self, rows: int, width: int) -> float:
+        t = self.base(rows, width)
+        return t * math.exp(self.rng.gauss(0.0, self.jitter)) if self.jitter else t
+
+
+def measured_prices(path: Path, min_steps: int = 5) -> dict:
+    """Median step seconds besides drafting (what the engine tells `observe`) per (rows, width)
+    over every configuration of a cell's `units.jsonl`."""
+    seen: dict = {}
+    for line in path.read_text().splitlines():
+        for cfg in json.loads(line)["configs"].values():
+            for rows, width, t_target, _t_drafter, t_other in cfg["steps"]:
+                seen.setdefault((rows, width), []).append(t_target + t_other)
+    return {k: median(v) for k, v in seen.items() if len(v) >= min_steps}
+
+
+DRAFT_SECONDS = (0.15e-3, 0.005e-3)   # prompt lookup per step and per drafted token (this CPU)
+_IDS = itertools.count()
+
+
+def decode(table, batch: list[int], max_new: int, D: int, prices: Prices, sched=None) -> tuple[int, float, int, int]:
+    """One static batch replayed: (tokens, seconds, steps, steps verifying drafts)."""
+    at = {r: 0 for r in batch}              # next position to generate, per request
+    ids = {r: next(_IDS) for r in batch}
+    active, fresh = list(batch), True
+    tokens = steps = verifying = 0
+    seconds = 0.0
+    if sched is not None:
+        sched.skips_idle = True
+    while active:
+        n = len(active)
+        remaining = [max_new - at[r] - 1 for r in active]
+        cap = D
+        if sched is not None and D > 0:
+            cap = min(cap, sched.draft_cap(n, D, remaining=remaining, catch_up=0.0 if not fresh else 3 * prices.base(n, 0),
+                                           rows=[ids[r] for r in active]))
+        drafting = D > 0 and cap > 0 and max(remaining) > 0
+        rows = [table[r][at[r]] for r in active]
+        if drafting:
+            caps = [min(max(m, 0), cap) for m in remaining]
+            made = [min(L, c) if m else 0 for (m, L, _), c in zip(rows, caps)]
+            width = max(made)
+            k = made
+            if sched is not None and width > 0:
+                conf = torch.tensor([[(m + j) / (m + j + 2) if m else 0.0 for j in range(width)] for m, _, _ in rows])
+                prop = Proposal(tokens=torch.zeros(n, width, dtype=torch.long), num_tokens=torch.tensor(made),
+                                confidence=conf)
+                k = [min(a, b) for a, b in zip(made, sched(prop).tolist())]
+            draft_s = DRAFT_SECONDS[0] + DRAFT_SECONDS[1] * width
+        else:
+            caps, k, draft_s = None, [0] * n, 0.0
+        acc = [min(a, v) for (_, _, a), v in zip(rows, k)]
+        w = max(k, default=0)
+        step_s = prices(n, w)
+        if sched is not None and D > 0:
+            sched.observe(k, acc, draft_s, int(width) if drafting else 0, offered=caps,
+                          target_seconds=step_s, catch_up=fresh and drafting)
+        fresh = fresh and not drafting
+        seconds += step_s + draft_s
+        steps += 1
+        verifying += w > 0
+        for r, a in zip(active, acc):
+            e = min(a + 1, max_new - at[r])
+            at[r] += e
+            tokens += e
+        active = [r for r in active if at[r] < max_new]
+    return tokens, seconds, steps, verifying
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="zoo/target")
+    ap.add_argument("--dataset", default="throughput-256")
+    ap.add_argument("--batch-size", type=int, nargs="+", default=[1])
+    ap.add_argument("--requests", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("-D", type=int, default=8)
+    ap.add_argument("--adaptive", default="benchmarks/results/profile_s14.json", help="a profile JSON or datasheet name")
+    ap.add_argument("--times", default=None, metavar="UNITS_JSONL", help="price steps at a real run's medians")
+    ap.add_argument("--jitter", type=float, default=0.0, help="log-normal sd of each step's time")
+    ap.add_argument("--seed", type=int, default=0, help="of the jitter")
+    ap.add_argument("--versus", default=None, metavar="PATH", help="also another adaptive.py's scheduler")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    tgt = dw.load_target(args.target)
+    prompts = [tgt.tokenizer.encode(r.turns[0])
+               for r in load_dataset(args.dataset, tgt.tokenizer, num_requests=args.requests)][:args.requests]
+    table = replay_rows(tgt, prompts, args.max_new_tokens, args.D)
+    measured = measured_prices(Path(args.times)) if args.times else None
+    others = {"versus": scheduler_class(args.versus)} if args.versus else {}
+    print(f"prompt lookup, {args.dataset}, replayed: rate after round 1 / plain decoding (steps, verifying)")
+    for B in args.batch_size:
+        def run(D, cls=None):
+            sched = None
+            if cls is not None:   # built as generate(adaptive=profile) builds it
+                sched = dw.api._adaptive_scheduler(tgt, args.adaptive, prompts[:B], D, object(), args.max_new_tokens,
+                                                   scheduler_cls=cls)
+            prices = Prices(cost, measured, args.jitter, seed=args.seed * 1000 + B)
+            tok = sec = st = ver = 0
+            for r in range(args.rounds):
+                for i in range(0, args.requests, B):
+                    t, s, n, v = decode(table, list(range(i, min(i + B, args.requests))), args.max_new_tokens, D,
+                                        prices, sched)
+                    if r > 0:
+                        tok, sec, st, ver = tok + t, sec + s, st + n, ver + v
+            return tok / sec, st, ver
+        L = sum(map(len, prompts)) / len(prompts)
+        from draftwise.planner.cost import CostModel
+        cm = CostModel(tgt.model.config, args.adaptive)
+        cost = lambda b: cm.sps_curve(b, int(L) + args.max_new_tokens // 2)  # noqa: E731
+        base = run(0)[0]
+        cells = [(f"D={D}", run(D)) for D in range(1, args.D + 1)]
+        best = max(cells, key=lambda c: c[1][0])
+        line = [f"batch {B}: best fixed {best[0]} {best[1][0] / base:.3f}"]
+        from draftwise.planner.adaptive import AdaptiveDraftLength
+        for name, cls in [("adaptive", AdaptiveDraftLength)] + list(others.items()):
+            rate, st, ver = run(args.D, cls)
+            line.append(f"{name} {rate / base:.3f} ({rate / max(base, best[1][0]):.3f} of best; {st} steps, {ver} verifying)")
+        print("  " + " | ".join(line))
+
+
+if __name__ == "__main__":
+    main()
