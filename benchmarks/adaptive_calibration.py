@@ -1,4 +1,4 @@
-"""Does adaptive D expect the drafts each row then accepts? (BENCHMARKS §5.0)
+"""Does adaptive D expect the drafts each row then accepts? (BENCHMARKS §5.0j)
 
     python benchmarks/adaptive_calibration.py --batch-size 2 --rounds 4 \
         --adaptive benchmarks/results/profile_s14.json

@@ -10,8 +10,12 @@ its drafts the target accepts; any schedule can then be replayed step by step, e
 milliseconds. Each step is priced by a table of step times per (rows, width) — by default the
 cost model's curve from the profile (what the scheduler itself starts from); with `--times`, the
 medians a real run of the cell measured (`adaptive_ab.py` writes them), which is the fairer test:
-the scheduler then has to learn prices its prior got wrong. `--jitter` multiplies each step's time
-by noise (log-normal, seeded), as a shared machine does.
+the scheduler then has to learn prices its prior got wrong (`--write-times` keeps that table as
+JSON, which `--times` also reads: benchmarks/results/replay_prices_s15/). `--jitter` multiplies
+each step's time by noise (log-normal, seeded), as a shared machine does. `--explain` prints what
+each scheduler learned (acceptance per position, of the rows furthest behind) and the rate its
+`draft_cap` model gives each D, also for a scheduler that verifies every proposal at the best
+fixed D: where adaptive D's model and the replay disagree, which input is off.
 
 Plain decoding, fixed D = 1 … `-D` and adaptive D (one scheduler learning over `--rounds` passes
 of the requests, as `adaptive_ab.py` runs it) are priced alike; the ratios count the rounds after
@@ -32,6 +36,8 @@ import torch
 import draftwise as dw
 from draftwise.bench.datasets import load_dataset
 from draftwise.drafters.ngram import NgramIndex
+from draftwise.planner.adaptive import AdaptiveDraftLength
+from draftwise.planner.cost import CostModel
 from draftwise.types import Proposal
 
 from adaptive_ab import scheduler_class
@@ -82,7 +88,9 @@ class Prices:
 
 def measured_prices(path: Path, min_steps: int = 5) -> dict:
     """Median step seconds besides drafting (what the engine tells `observe`) per (rows, width)
-    over every configuration of a cell's `units.jsonl`."""
+    over every configuration of a cell's `units.jsonl`; or such a table as `--write-times` saved it."""
+    if path.suffix == ".json":
+        return {tuple(map(int, k.split(","))): v for k, v in json.loads(path.read_text()).items()}
     seen: dict = {}
     for line in path.read_text().splitlines():
         for cfg in json.loads(line)["configs"].values():
@@ -158,6 +166,10 @@ def main() -> None:
     ap.add_argument("--jitter", type=float, default=0.0, help="log-normal sd of each step's time")
     ap.add_argument("--seed", type=int, default=0, help="of the jitter")
     ap.add_argument("--versus", default=None, metavar="PATH", help="also another adaptive.py's scheduler")
+    ap.add_argument("--write-times", default=None, metavar="JSON", help="save the price table --times gave")
+    ap.add_argument("--explain", action="store_true",
+                    help="print what each scheduler learned and the value its model gives each D, also for "
+                         "a scheduler that verifies every proposal at the best fixed D")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -166,7 +178,12 @@ def main() -> None:
                for r in load_dataset(args.dataset, tgt.tokenizer, num_requests=args.requests)][:args.requests]
     table = replay_rows(tgt, prompts, args.max_new_tokens, args.D)
     measured = measured_prices(Path(args.times)) if args.times else None
-    others = {"versus": scheduler_class(args.versus)} if args.versus else {}
+    if measured and args.write_times:
+        Path(args.write_times).write_text(json.dumps({f"{r},{w}": t for (r, w), t in sorted(measured.items())}, indent=0))
+    L = sum(map(len, prompts)) / len(prompts)
+    cm = CostModel(tgt.model.config, args.adaptive)
+    cost = lambda b: cm.sps_curve(b, int(L) + args.max_new_tokens // 2)  # noqa: E731
+    schedulers = [("adaptive", AdaptiveDraftLength)] + ([("versus", scheduler_class(args.versus))] if args.versus else [])
     print(f"prompt lookup, {args.dataset}, replayed: rate after round 1 / plain decoding (steps, verifying)")
     for B in args.batch_size:
         def run(D, cls=None):
@@ -182,21 +199,53 @@ def main() -> None:
                                         prices, sched)
                     if r > 0:
                         tok, sec, st, ver = tok + t, sec + s, st + n, ver + v
-            return tok / sec, st, ver
-        L = sum(map(len, prompts)) / len(prompts)
-        from draftwise.planner.cost import CostModel
-        cm = CostModel(tgt.model.config, args.adaptive)
-        cost = lambda b: cm.sps_curve(b, int(L) + args.max_new_tokens // 2)  # noqa: E731
-        base = run(0)[0]
-        cells = [(f"D={D}", run(D)) for D in range(1, args.D + 1)]
+            return (tok / sec, st, ver), sched
+        base = run(0)[0][0]
+        cells = [(f"D={D}", run(D)[0]) for D in range(1, args.D + 1)]
         best = max(cells, key=lambda c: c[1][0])
         line = [f"batch {B}: best fixed {best[0]} {best[1][0] / base:.3f}"]
-        from draftwise.planner.adaptive import AdaptiveDraftLength
-        for name, cls in [("adaptive", AdaptiveDraftLength)] + list(others.items()):
-            rate, st, ver = run(args.D, cls)
+        explained = []
+        for name, cls in schedulers:
+            (rate, st, ver), sched = run(args.D, cls)
             line.append(f"{name} {rate / base:.3f} ({rate / max(base, best[1][0]):.3f} of best; {st} steps, {ver} verifying)")
+            explained.append((name, sched))
         print("  " + " | ".join(line))
+        if args.explain:
+            D = int(best[0][2:])
+            explained.append((f"verifying every proposal at {best[0]}", run(D, verify_all(D))[1]))
+            for name, sched in explained:
+                print(f"    {name}: " + explain(sched, B, args.D))
 
+
+def verify_all(D: int):
+    """A scheduler that drafts D and verifies every proposal, learning as adaptive D learns."""
+    class VerifyAll(AdaptiveDraftLength):
+        def draft_cap(self, batch_size, max_draft, **kw):
+            super().draft_cap(batch_size, max_draft, **kw)
+            self._probing, self._coast_b, self._coast_left = False, None, 0
+            return D
+
+        def __call__(self, proposal):
+            super().__call__(proposal)
+            return proposal.num_tokens.clone()
+    return VerifyAll
+
+
+def explain(sched, B: int, max_draft: int) -> str:
+    """What a scheduler learned, and the value per step its `draft_cap` model gives each D."""
+    phi, beta = sched._phi_beta(B)
+    alpha, lag = sched.position_alpha(), sched.position_alpha(behind=True)
+    step = sched._step_time(B)
+    value, E, surv, surv_lag = [], 1.0, 1.0, 1.0
+    for D in range(max_draft + 1):
+        if D:
+            surv *= alpha[D - 1]
+            surv_lag *= lag[D - 1]
+            E += phi * surv + beta / B * surv_lag
+        value.append(E / step(D) * step(0))
+    f = lambda xs: " ".join(f"{x:.2f}" for x in xs)  # noqa: E731
+    return (f"acceptance per position {f(alpha[:max_draft])}; rows behind {f(lag[:max_draft])}; "
+            f"φ {phi:.2f}, β {beta:.2f}; modelled rate / plain by D = 0…{max_draft}: {f(value)}")
 
 if __name__ == "__main__":
     main()

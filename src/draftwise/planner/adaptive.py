@@ -289,8 +289,9 @@ class AdaptiveDraftLength:
       and the drafter time measured per drafted token (plus the drafter's per-step cost when the
       engine skips a drafter that drafts nothing, `skips_idle`); `schedule_width` (draftwise's
       padded verify block) or, with padded=False, the per-row `schedule_prefix` then picks how
-      many of them to verify. At batch 1, where drafting pays on average and costs under
-      `free_draft` of a plain step (prompt lookup), every step drafts the most: what to verify is
+      many of them to verify. At batch 1 and 2, where drafting costs under `free_draft` of a
+      plain step (prompt lookup), every step drafts the most (at batch 1, what `_shape_cap`
+      says): what to verify is
       then decided per step from the row's confidence (for prompt lookup, from the matched
       length: first-draft acceptance 20–39 % after a 1-token match, 59–82 % after a 3-token
       one), not from the average behind argmax_D;
@@ -794,11 +795,11 @@ class AdaptiveDraftLength:
             self._charge = self._step_time(batch_size)(0)
             return 1
         best = self._best_cap(batch_size, max_draft)
-        # at batch 1, where drafting costs next to nothing (prompt lookup), the alternative to the
-        # average's best D is drafting and verifying per step by the proposals seen (`_shape_cap`)
-        free = batch_size == 1 and best < max_draft and self._drafting_is_free(batch_size, max_draft)
+        # at batch 1 and 2, where drafting costs next to nothing (prompt lookup), the alternative to
+        # the average's best D is drafting and verifying per step by the proposals seen
+        free = batch_size <= self.FREE_ROWS and best < max_draft and self._drafting_is_free(batch_size, max_draft)
         self._since_probe += 1
-        if self._futile and (self._shape_cap(max_draft) if free else best) != self._probe_choice:
+        if self._futile and (self._free_cap(batch_size, max_draft) if free else best) != self._probe_choice:
             self._futile, self._probe_choice = 0, None     # a probe moved the choice: the whole budget again
         if self._since_probe >= self._interval and best < max_draft and self._elapsed >= self._wait_until:
             # probe past the choice and verify it, or a pessimistic estimate (or a position never
@@ -819,8 +820,9 @@ class AdaptiveDraftLength:
                 # step while waiting cost ~25 µs a step, 0.1 % at batch 16)
                 self._wait_until = (self._explored + price) / share if share > 0 else math.inf
             elif self._best_cap(batch_size, D, self.optimism) > best or (
-                    free and D == max_draft and self._shape_cap(max_draft, self.optimism) > self._shape_cap(max_draft)):
-                choice = self._shape_cap(max_draft) if free else best
+                    free and batch_size == 1 and D == max_draft
+                    and self._shape_cap(max_draft, self.optimism) > self._shape_cap(max_draft)):
+                choice = self._free_cap(batch_size, max_draft) if free else best
                 if self._probe_choice is not None:
                     self._futile = self._futile + 1 if choice == self._probe_choice else 0
                 self._probe_choice = choice
@@ -834,11 +836,24 @@ class AdaptiveDraftLength:
         if free:
             # drafting costs next to nothing (prompt lookup): draft as the proposals seen say and
             # leave what to verify to the per-step scheduler, which sees the row's confidence —
-            # the average behind `best` mixes strong proposals with weak ones. Only at batch 1: in
-            # a static batch a row's extra tokens mostly end it sooner, and at batch 2 drafting the
-            # most verified 5–8 drafts for as many steps as D = 3 took (0.966 of D = 3, §5.0e)
-            return self._shape_cap(max_draft)
+            # the average behind `best` mixes strong proposals with weak ones
+            return self._free_cap(batch_size, max_draft)
         return best
+
+    # Rows up to which drafting that costs next to nothing drafts whatever the average says
+    # (`_decide_cap`). At batch 2 the average is learned mostly from the first steps of each
+    # batch, where the rows are level and the batch's end moves only if both accept; it locked
+    # prompt lookup at 1k tokens into plain decoding, 0.973–0.984 of D = 4, where drafting the
+    # most every step reached 1.009–1.029 (replayed under noise, BENCHMARKS §5.0). In session 10,
+    # before the per-step schedule priced a static batch's tokens (`static_worth`), the same cost
+    # 0.966 of D = 3 (§5.0e). At batch 4 and 8 the per-step schedule verifies next to nothing, and
+    # drafting every step for it cost 1.3–1.8 % (replayed).
+    FREE_ROWS = 2
+
+    def _free_cap(self, batch_size: int, max_draft: int) -> int:
+        """What to draft where drafting is free: at batch 1 as the proposal shapes seen say
+        (`_shape_cap`), else the most."""
+        return self._shape_cap(max_draft) if batch_size == 1 else max_draft
 
     SHAPES = 64     # proposals seen at batch 1 before `_shape_cap` may draft less than the most
 
@@ -1061,7 +1076,7 @@ class AdaptiveDraftLength:
                 # from the proposals the schedule chose (and from rows proposing nothing, always
                 # rejections), and the more it left out the lower it fell: prompt lookup at batch
                 # 2 learned 0.13 for a first draft where verifying every proposal learned 0.17,
-                # and stayed at plain decoding, where D = 3 gained 8 % (BENCHMARKS §5.0). The
+                # and stayed at plain decoding, where D = 3 gained 8 % (BENCHMARKS §5.0j). The
                 # rows behind: below, as one
                 surv, row = 1.0, cal[r]
                 for j in range(ver[r], min(made[r], P, len(row))):
@@ -1118,7 +1133,7 @@ class AdaptiveDraftLength:
         `ROW_PRIOR`: calibration pools every row, and the rows of a static batch are not alike.
         The row left last in a batch is the one that accepted least: alone at the end of batches
         of 2 (prompt lookup, 256 tokens) rows accepted 0.47–0.67 of the drafts their calibrated
-        confidences expected, the rows of 2 1.09–1.18 (BENCHMARKS §5.0). With a weaker prior
+        confidences expected, the rows of 2 1.09–1.18 (BENCHMARKS §5.0j). With a weaker prior
         (2, 4) a row's few first steps made its factor noise. A row alone in its batch from its
         first step keeps 1: nothing picks it out, and its factor only locked it in — once low, its
         drafts went unverified and it never recovered (prompt lookup replayed at batch 1, 1k
