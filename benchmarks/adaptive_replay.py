@@ -35,7 +35,7 @@ import torch
 
 import draftwise as dw
 from draftwise.bench.datasets import load_dataset
-from draftwise.drafters.ngram import NgramIndex
+from draftwise.drafters.ngram import NgramIndex, prior
 from draftwise.planner.adaptive import AdaptiveDraftLength
 from draftwise.planner.cost import CostModel
 from draftwise.types import Proposal
@@ -126,8 +126,8 @@ def decode(table, batch: list[int], max_new: int, D: int, prices: Prices, sched=
             made = [min(L, c) if m else 0 for (m, L, _), c in zip(rows, caps)]
             width = max(made)
             k = made
-            if sched is not None and width > 0:
-                conf = torch.tensor([[(m + j) / (m + j + 2) if m else 0.0 for j in range(width)] for m, _, _ in rows])
+            if sched is not None:   # as the engine: every drafting step, a proposal of no drafts too
+                conf = torch.tensor([[prior(m + j) if m else 0.0 for j in range(width)] for m, _, _ in rows]).reshape(n, width)
                 prop = Proposal(tokens=torch.zeros(n, width, dtype=torch.long), num_tokens=torch.tensor(made),
                                 confidence=conf)
                 k = [min(a, b) for a, b in zip(made, sched(prop).tolist())]

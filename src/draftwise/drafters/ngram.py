@@ -21,6 +21,11 @@ from ..types import Proposal
 from .base import DraftContext, Drafter, pad_proposals, register
 
 
+def prior(m):
+    """A draft's confidence once it extends a match to m tokens (scalars or tensors alike)."""
+    return m / (m + 2)
+
+
 def lookup(seq: np.ndarray, k: int, max_n: int, min_n: int) -> list[int]:
     """Continuation of the most recent match of the longest suffix (n from max_n down to min_n).
 
@@ -113,7 +118,7 @@ class NgramDrafter(Drafter):
         prop = pad_proposals([f[0] for f in found], max_tokens.device)
         n = torch.tensor([m for _, m in found], dtype=torch.float32, device=max_tokens.device)
         m = n[:, None] + torch.arange(prop.tokens.shape[1], device=max_tokens.device)    # [B, D]
-        prop.confidence = torch.where(n[:, None] > 0, m / (m + 2), torch.zeros_like(m))
+        prop.confidence = torch.where(n[:, None] > 0, prior(m), torch.zeros_like(m))
         return prop
 
 

@@ -291,10 +291,9 @@ class AdaptiveDraftLength:
       padded verify block) or, with padded=False, the per-row `schedule_prefix` then picks how
       many of them to verify. At batch 1 and 2, where drafting costs under `free_draft` of a
       plain step (prompt lookup), every step drafts the most (at batch 1, what `_shape_cap`
-      says): what to verify is
-      then decided per step from the row's confidence (for prompt lookup, from the matched
-      length: first-draft acceptance 20–39 % after a 1-token match, 59–82 % after a 3-token
-      one), not from the average behind argmax_D;
+      says): what to verify is then decided per step from the row's confidence (for prompt
+      lookup, from the matched length: first-draft acceptance 20–39 % after a 1-token match,
+      59–82 % after a 3-token one), not from the average behind argmax_D;
     - proposals the drafter did not make (prompt lookup without a match, or a match shorter than
       offered) count as rejections at the first missing position, and the share of rows that
       propose anything, r, weighs the step time as in the planner: with probability (1 − r)^B no
@@ -840,14 +839,14 @@ class AdaptiveDraftLength:
             return self._free_cap(batch_size, max_draft)
         return best
 
-    # Rows up to which drafting that costs next to nothing drafts whatever the average says
-    # (`_decide_cap`). At batch 2 the average is learned mostly from the first steps of each
+    # Batch sizes up to which drafting that costs next to nothing drafts the most whatever the
+    # average's best D (`_decide_cap`). At batch 2 the average is learned mostly from the first steps of each
     # batch, where the rows are level and the batch's end moves only if both accept; it locked
-    # prompt lookup at 1k tokens into plain decoding, 0.973–0.984 of D = 4, where drafting the
-    # most every step reached 1.009–1.029 (replayed under noise, BENCHMARKS §5.0). In session 10,
+    # prompt lookup at 1k tokens into plain decoding, 0.973–0.985 of D = 4, where drafting the
+    # most every step reached 1.010–1.030 (replayed under noise, BENCHMARKS §5.0). In session 10,
     # before the per-step schedule priced a static batch's tokens (`static_worth`), the same cost
     # 0.966 of D = 3 (§5.0e). At batch 4 and 8 the per-step schedule verifies next to nothing, and
-    # drafting every step for it cost 1.3–1.8 % (replayed).
+    # drafting every step for it cost 0.8–1.8 % (replayed).
     FREE_ROWS = 2
 
     def _free_cap(self, batch_size: int, max_draft: int) -> int:
@@ -1137,7 +1136,7 @@ class AdaptiveDraftLength:
         (2, 4) a row's few first steps made its factor noise. A row alone in its batch from its
         first step keeps 1: nothing picks it out, and its factor only locked it in — once low, its
         drafts went unverified and it never recovered (prompt lookup replayed at batch 1, 1k
-        tokens: 0.961 of D = 4 with it, 1.000 without; BENCHMARKS §5.0). None without row ids."""
+        tokens: 0.962 of D = 4 with it, 1.000 without; BENCHMARKS §5.0). None without row ids."""
         ids = self._row_ids
         if ids is None or len(ids) != batch_size:
             return None
