@@ -6,8 +6,8 @@
 Greedy output does not depend on what is drafted or verified, and prompt lookup's proposal at a
 point of the text depends only on the text before it. So one plain decode of the requests gives,
 for every row and position, the proposal (its matched length, so its confidences) and how many of
-its drafts the target accepts; any schedule can then be replayed step by step, exactly, in
-milliseconds. Each step is priced by a table of step times per (rows, width) — by default the
+its drafts the target accepts; any schedule can then be replayed step by step, exactly, in a
+second or so. Each step is priced by a table of step times per (rows, width) — by default the
 cost model's curve from the profile (what the scheduler itself starts from); with `--times`, the
 medians a real run of the cell measured (`adaptive_ab.py` writes them), which is the fairer test:
 the scheduler then has to learn prices its prior got wrong (`--write-times` keeps that table as
@@ -65,12 +65,12 @@ def replay_rows(tgt, prompts, max_new: int, max_draft: int, max_n: int = 3, min_
 class Prices:
     """Step seconds per (rows, width): measured medians where given, else the scheduler's prior."""
 
-    def __init__(self, prior, measured: dict | None = None, jitter: float = 0.0, seed: int = 0):
-        self.prior, self.measured = prior, measured or {}     # prior: rows → steps/s by tokens
+    def __init__(self, curve, measured: dict | None = None, jitter: float = 0.0, seed: int = 0):
+        self.curve, self.measured = curve, measured or {}     # curve: rows → steps/s by tokens
         self.jitter, self.rng = jitter, random.Random(seed)
 
     def _prior(self, rows: int, width: int) -> float:
-        return 1.0 / self.prior(rows)(rows * (1 + width)) + 0.5e-3     # + the step's bookkeeping
+        return 1.0 / self.curve(rows)(rows * (1 + width)) + 0.5e-3     # + the step's bookkeeping
 
     def base(self, rows: int, width: int) -> float:
         """A measured price where there is one; else the nearest measured (rows, width), lower
