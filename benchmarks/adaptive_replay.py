@@ -235,17 +235,12 @@ def explain(sched, B: int, max_draft: int) -> str:
     """What a scheduler learned, and the value per step its `draft_cap` model gives each D."""
     phi, beta = sched._phi_beta(B)
     alpha, lag = sched.position_alpha(), sched.position_alpha(behind=True)
-    step = sched._step_time(B)
-    value, E, surv, surv_lag = [], 1.0, 1.0, 1.0
-    for D in range(max_draft + 1):
-        if D:
-            surv *= alpha[D - 1]
-            surv_lag *= lag[D - 1]
-            E += phi * surv + beta / B * surv_lag
-        value.append(E / step(D) * step(0))
+    values = AdaptiveDraftLength.draft_values(sched, B, max_draft)   # this checkout's model, for an older version too
+    value = [v / values[0] for v in values]
     f = lambda xs: " ".join(f"{x:.2f}" for x in xs)  # noqa: E731
     return (f"acceptance per position {f(alpha[:max_draft])}; rows behind {f(lag[:max_draft])}; "
             f"φ {phi:.2f}, β {beta:.2f}; modelled rate / plain by D = 0…{max_draft}: {f(value)}")
+
 
 if __name__ == "__main__":
     main()

@@ -674,6 +674,17 @@ class AdaptiveDraftLength:
         key = (batch_size, max_draft, z)
         if key in self._best:       # nothing observed since: the same answer
             return self._best[key]
+        best, best_v = 0, 0.0
+        for D, v in enumerate(self.draft_values(batch_size, max_draft, z)):
+            if v > best_v * (1 + 1e-9):
+                best, best_v = D, v
+        self._best[key] = best
+        return best
+
+    def draft_values(self, batch_size: int, max_draft: int, z: float = 0.0) -> list[float]:
+        """Per D = 0 … `max_draft`, a step's expected worth (in tokens of a row, `static_worth`)
+        per second, from the acceptance per position learned (z standard errors above) — what
+        `draft_cap` maximises where drafting is not free."""
         step = self._step_time(batch_size)
         # a static batch, per row and plain step (`static_worth`): every row's draft is worth φ,
         # and β/B more where the rows at the back all accept it — the rows that accept least, whose
@@ -685,17 +696,14 @@ class AdaptiveDraftLength:
         back = beta / batch_size
         alpha = self.position_alpha(z)
         lag = self.position_alpha(z, behind=True) if back > 0 else alpha
-        best, best_v, E, surv, surv_lag = 0, 0.0, 1.0, 1.0, 1.0
+        values, E, surv, surv_lag = [], 1.0, 1.0, 1.0
         for D in range(max_draft + 1):
             if D:
                 surv *= alpha[min(D, self.MAX_POS) - 1]
                 surv_lag *= lag[min(D, self.MAX_POS) - 1]
                 E += phi * surv + back * surv_lag
-            v = E / step(D)
-            if v > best_v * (1 + 1e-9):
-                best, best_v = D, v
-        self._best[key] = best
-        return best
+            values.append(E / step(D))
+        return values
 
     def draft_cap(self, batch_size: int, max_draft: int, remaining: Optional[Sequence[int]] = None,
                   catch_up: float = 0.0, rows: Optional[Sequence] = None) -> int:
@@ -840,13 +848,13 @@ class AdaptiveDraftLength:
         return best
 
     # Batch sizes up to which drafting that costs next to nothing drafts the most whatever the
-    # average's best D (`_decide_cap`). At batch 2 the average is learned mostly from the first steps of each
-    # batch, where the rows are level and the batch's end moves only if both accept; it locked
-    # prompt lookup at 1k tokens into plain decoding, 0.973–0.985 of D = 4, where drafting the
-    # most every step reached 1.010–1.030 (replayed under noise, BENCHMARKS §5.0). In session 10,
-    # before the per-step schedule priced a static batch's tokens (`static_worth`), the same cost
-    # 0.966 of D = 3 (§5.0e). At batch 4 and 8 the per-step schedule verifies next to nothing, and
-    # drafting every step for it cost 0.8–1.8 % (replayed).
+    # average's best D (`_decide_cap`). At batch 2 the average is learned mostly from the first
+    # steps of each batch, where the rows are level and the batch's end moves only if both
+    # accept; it locked prompt lookup at 1k tokens into plain decoding, 0.973–0.985 of D = 4,
+    # where drafting the most every step reached 1.010–1.030 (replayed under noise, BENCHMARKS
+    # §5.0). In session 10, before the per-step schedule priced a static batch's tokens
+    # (`static_worth`), the same cost 0.966 of D = 3 (§5.0e). At batch 4 and 8 the per-step
+    # schedule verifies next to nothing, and drafting every step for it cost 0.8–1.8 % (replayed).
     FREE_ROWS = 2
 
     def _free_cap(self, batch_size: int, max_draft: int) -> int:
@@ -1116,16 +1124,15 @@ class AdaptiveDraftLength:
         against those its calibrated confidences `cal` expected, for `_row_scale`."""
         fit = self._row_fit
         for i, row, v, a in zip(ids, cal, ver, acc):
-            if v <= 0:
+            e = fit.get(i)
+            if e is None or v <= 0:
                 continue
             surv, expect = 1.0, 0.0
             for j in range(min(v, len(row))):
                 surv *= row[j]
                 expect += surv
-            e = fit.get(i)
-            if e is not None:
-                e[0] += expect
-                e[1] += a
+            e[0] += expect
+            e[1] += a
 
     def _row_scale(self, batch_size: int) -> Optional[list[float]]:
         """Per row, (accepted + k)/(expected + k) of its own steps so far (`_fit_rows`), with k =
