@@ -56,9 +56,10 @@ def add_cli(sub) -> None:
     q.add_argument("--batch-sizes", default="1,4")
     q.add_argument("--draft-tokens", default="0,1,3,7")
     q.add_argument("--context-lengths", default="128,512")
-    q.add_argument("--repeats", type=int, default=3, help="timings per point and pass (their median)")
+    q.add_argument("--repeats", type=int, default=3,
+                   help="rounds per (B, L) and pass, each timing every D once in a random order")
     q.add_argument("--passes", type=int, default=3,
-                   help="passes over the target's step grid, in rotated order; a point is the median of its passes")
+                   help="passes over the target's step grid; a point is the median of its passes × repeats timings")
     q.add_argument("--name", help="name for this machine in the profile")
     q.add_argument("--threads", type=int, help="torch threads (default: torch's choice; 1 is steadier on a busy machine)")
     q.set_defaults(func=_profile_cmd)

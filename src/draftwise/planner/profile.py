@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import statistics
 import time
 from pathlib import Path
@@ -102,6 +103,11 @@ def _time_width(runner, B: int, width: int, vocab: int, g, device: str, repeats:
                 passes: int = 1) -> float:
     """Median time of `passes` forwards of `width` tokens each to the B cached rows, rolled back
     afterwards (as a draft loop does), per forward."""
+    return _median_time(_width_step(runner, B, width, vocab, g, device, passes), repeats, device,
+                        warmup=warmup) / passes
+
+
+def _width_step(runner, B: int, width: int, vocab: int, g, device: str, passes: int = 1):
     tok = torch.randint(0, vocab, (B, width), generator=g).to(device)
     n, zero = torch.full((B,), width, device=device), torch.zeros(B, dtype=torch.long, device=device)
 
@@ -110,34 +116,57 @@ def _time_width(runner, B: int, width: int, vocab: int, g, device: str, repeats:
         for _ in range(passes):
             runner.forward(tok, n)
         runner.rollback(zero)
-    return _median_time(step, repeats, device, warmup=warmup) / passes
+    return step
+
+
+def _interleaved_samples(steps: dict, rounds: int, rng: random.Random, device: str,
+                         clock=time.perf_counter) -> dict:
+    """{key: [seconds, …]}: `rounds` rounds, each timing every step once in a fresh random order
+    (after one untimed round). Timed width after width, a shared CPU's drift over seconds became the
+    profile's shape; here every width sees the same moments."""
+    keys = list(steps)
+    for k in keys:
+        steps[k]()
+    _sync(device)
+    out: dict = {k: [] for k in keys}
+    for _ in range(rounds):
+        rng.shuffle(keys)
+        for k in keys:
+            t0 = clock()
+            steps[k]()
+            _sync(device)
+            out[k].append(clock() - t0)
+    return out
 
 
 @torch.no_grad()
 def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int], context_lengths: Sequence[int],
-                  *, device: str = "cpu", repeats: int = 3, passes: int = 3, log=None) -> list[dict]:
+                  *, device: str = "cpu", repeats: int = 3, passes: int = 3, log=None, runner=None,
+                  clock=time.perf_counter) -> list[dict]:
     """[{"B", "D", "L", "seconds"}]: one verification forward of B × (1 + D) tokens at context L,
     through the engine's own runner (ragged mask, positions, rollback), as the engine pays it.
 
-    The grid is measured `passes` times, the widths of a (B, L) in a rotated order each pass and
-    the (B, L) in reverse order every other pass; a point is the median of its passes. Measured
-    once, point after point, a shared CPU's drift of ±10 % over seconds became the profile's shape
-    (one such profile had 12 rows cheaper than 8, and the planner followed it); five passes took
-    that out. What stays is the host's own state: on the 2-core CPU of BENCHMARKS.md, verifying 5
+    The grid is measured `passes` times, the (B, L) in reverse order every other pass; within a
+    (B, L), `repeats` rounds time every width once each, in a fresh random order; a point is the
+    median of its passes × repeats timings. Measured once, point after point, a shared CPU's drift
+    of ±10 % over seconds became the profile's shape (one such profile had 12 rows cheaper than 8,
+    and the planner followed it); timed width after width, a few seconds' drift still made 2 and 3
+    tokens a row at batch 1 cost 1.7–2.0× a plain step where decoding measured 1.4× (BENCHMARKS
+    §5.0). What stays is the host's own state: on the 2-core CPU of BENCHMARKS.md, verifying 5
     tokens at batch 1 measured 1.30×, 1.65× and 1.92× a plain step in profiles hours apart."""
     from ..target import ModelRunner
 
-    runner, vocab = ModelRunner(model, lean="exact"), model.config.vocab_size
-    g = torch.Generator().manual_seed(0)
+    runner = runner or ModelRunner(model, lean="exact")
+    vocab = model.config.vocab_size
+    g, rng = torch.Generator().manual_seed(0), random.Random(0)
     cells = [(B, L) for L in context_lengths for B in batch_sizes]
     samples: dict[tuple[int, int, int], list[float]] = {}
     for p in range(max(int(passes), 1)):
         for B, L in (cells if p % 2 == 0 else cells[::-1]):
             _prefill(runner, B, L, vocab, g, device)
-            k = p % len(draft_tokens)
-            for D in list(draft_tokens)[k:] + list(draft_tokens)[:k]:
-                sec = _time_width(runner, B, 1 + D, vocab, g, device, repeats, warmup=1)
-                samples.setdefault((B, D, L), []).append(sec)
+            steps = {D: _width_step(runner, B, 1 + D, vocab, g, device) for D in draft_tokens}
+            for D, ts in _interleaved_samples(steps, max(int(repeats), 1), rng, device, clock).items():
+                samples.setdefault((B, D, L), []).extend(ts)
     out = []
     for L in context_lengths:
         for B in batch_sizes:
