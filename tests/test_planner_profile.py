@@ -44,3 +44,39 @@ def test_a_dear_width_stays_dear():
     pts = {p["D"]: p["seconds"] for p in measure_steps(model, [1], list(range(5)), [8], repeats=5, passes=2,
                                                         runner=r, clock=r.clock)}
     assert all(pts[2] > 1.3 * pts[d] for d in (0, 1, 3, 4)), pts
+
+
+def test_a_draft_token_is_timed_as_decoding_pays_it(monkeypatch):
+    # a draft forward right after a target forward costs 2× one after another draft forward (its
+    # weights left the CPU's caches): the profile must time the drafts after a target forward
+    import draftwise.planner.profile as prof
+    import draftwise.target as target_mod
+
+    clock = {"now": 0.0, "last": None}
+
+    class Runner:
+        def __init__(self, model, lean=None):
+            self.model = model
+
+        def reset(self, B):
+            pass
+
+        def mark(self):
+            pass
+
+        def rollback(self, n):
+            pass
+
+        def forward(self, tok, n):
+            if self.model.kind == "draft":
+                clock["now"] += 0.002 if clock["last"] == "target" else 0.001
+            clock["last"] = self.model.kind
+
+    monkeypatch.setattr(target_mod, "ModelRunner", Runner)
+    monkeypatch.setattr(prof.time, "perf_counter", lambda: clock["now"])
+    draft = SimpleNamespace(kind="draft", config=SimpleNamespace(vocab_size=16))
+    tgt = SimpleNamespace(kind="target", config=SimpleNamespace(vocab_size=16))
+    alone = prof.measure_draft_steps(draft, [1], [8], repeats=3)
+    after = prof.measure_draft_steps(draft, [1], [8], repeats=3, target=tgt)
+    assert abs(alone[0]["seconds"] - 0.001) < 1e-9
+    assert abs(after[0]["seconds"] - 0.00125) < 1e-9    # (2 + 1 + 1 + 1) ms over 4 tokens

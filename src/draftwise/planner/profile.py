@@ -33,12 +33,16 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _median_time(fn, repeats: int, device: str, warmup: int = 1, best: bool = False) -> float:
+def _median_time(fn, repeats: int, device: str, warmup: int = 1, best: bool = False, before=None) -> float:
+    """`before`, if given, runs untimed ahead of every call of `fn`."""
     for _ in range(warmup):
         fn()
     _sync(device)
     ts = []
     for _ in range(repeats):
+        if before is not None:
+            before()
+            _sync(device)
         t0 = time.perf_counter()
         fn()
         _sync(device)
@@ -97,14 +101,6 @@ def _prefill(runner, B: int, L: int, vocab: int, g, device: str) -> None:
     """A fresh cache of B rows at context L."""
     runner.reset(B)
     runner.forward(torch.randint(0, vocab, (B, L), generator=g).to(device), torch.full((B,), L, device=device))
-
-
-def _time_width(runner, B: int, width: int, vocab: int, g, device: str, repeats: int, warmup: int,
-                passes: int = 1) -> float:
-    """Median time of `passes` forwards of `width` tokens each to the B cached rows, rolled back
-    afterwards (as a draft loop does), per forward."""
-    return _median_time(_width_step(runner, B, width, vocab, g, device, passes), repeats, device,
-                        warmup=warmup) / passes
 
 
 def _width_step(runner, B: int, width: int, vocab: int, g, device: str, passes: int = 1):
@@ -180,18 +176,30 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
 
 @torch.no_grad()
 def measure_draft_steps(model, batch_sizes: Sequence[int], context_lengths: Sequence[int], *,
-                        device: str = "cpu", repeats: int = 5, log=None) -> list[dict]:
+                        device: str = "cpu", repeats: int = 5, log=None, target=None) -> list[dict]:
     """[{"B", "L", "seconds"}]: one draft-model token for B rows at context L, through the engine's
-    own runner (lean forward, ragged mask, rollback) — what a draft step really costs."""
+    own runner (lean forward, ragged mask, rollback) — what a draft step really costs.
+
+    With `target` (the target model), each timed run of four draft tokens follows an untimed target
+    forward at the same (B, L), as in decoding. Timed alone, back to back, the draft's weights stay
+    in the CPU's caches: on the 2-core CPU of BENCHMARKS.md a draft token cost 0.66 ms in such a
+    profile and 1.9 ms inside decoding, and the planner predicted gains where the sweep measured
+    losses (§5.0)."""
     from ..target import ModelRunner
 
     runner, vocab = ModelRunner(model, lean=True), model.config.vocab_size
+    trunner = ModelRunner(target, lean="exact") if target is not None else None
     g = torch.Generator().manual_seed(0)
     out = []
     for L in context_lengths:
         for B in batch_sizes:
             _prefill(runner, B, L, vocab, g, device)
-            sec = _time_width(runner, B, 1, vocab, g, device, repeats, warmup=2, passes=4)
+            verify = None
+            if trunner is not None:
+                _prefill(trunner, B, L, target.config.vocab_size, g, device)
+                verify = _width_step(trunner, B, 1, target.config.vocab_size, g, device)
+            drafts = _width_step(runner, B, 1, vocab, g, device, passes=4)
+            sec = _median_time(drafts, repeats, device, warmup=2, before=verify) / 4
             out.append({"B": int(B), "L": int(L), "seconds": sec})
             if log:
                 log(f"  draft B={B:<4d} L={L:<6d} {sec * 1e3:9.2f} ms")
@@ -248,7 +256,7 @@ def profile(target: Optional[str] = None, *, hidden: Optional[int] = None, devic
         dmodel, dcfg = _load_target(draft_model, tdtype, device)
         log(f"draft-model token times ({draft_model}):")
         hw.draft_step_times = measure_draft_steps(dmodel, batch_sizes, context_lengths, device=device,
-                                                  repeats=max(repeats, 5), log=log)
+                                                  repeats=max(2 * repeats, 10), log=log, target=model)
         hw.draft_config = {k: v for k, v in dcfg.items() if _jsonable(v)}
     return hw
 
