@@ -4,7 +4,7 @@
         --drafter draft-model:zoo/draft --drafter ngram --out runs/planner-validation
 
 1. `draftwise profile` of the target on a grid (batch 1, 2, 3, 4, 8, 16 × D 0 … 8 × both
-   contexts, three passes of five rounds, each round every D once in a random order) and of one
+   contexts, six passes of five rounds, each round every D once in a random order) and of one
    draft-model token at the same batch sizes: the only timing the planner sees (OUT/profile.json). Every batch size measured, and 3: on this CPU a
    step's time is not smooth in its rows (2 rows cost 1.5× one, 4 barely more than 3), so batch 2
    interpolated between 1 and 4 came out ~10 % cheap, and static batches of 4 need 3 (the
@@ -115,6 +115,7 @@ def main() -> None:
                     help="every D: small-row GEMMs on CPUs are not monotone in rows (see BENCHMARKS.md)")
     ap.add_argument("--profile-repeats", type=int, default=5,
                     help="rounds per point and pass of the profile's step grid (each times every width once)")
+    ap.add_argument("--profile-passes", type=int, default=6, help="passes over the profile's step grid")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--min-gain", type=float, default=None,
                     help="the planner's margin for speculating at all (default: the planner's, 0.02)")
@@ -154,7 +155,7 @@ def main() -> None:
         hw = profile(args.target, batch_sizes=[int(b) for b in args.profile_batch_sizes.split(",")],
                      draft_tokens=[int(d) for d in args.profile_draft_tokens.split(",")],
                      context_lengths=sorted(set(ctx.values())), draft_model=draft_cfg,
-                     repeats=args.profile_repeats, log=print)
+                     repeats=args.profile_repeats, passes=args.profile_passes, log=print)
         save_profile(hw, prof)
 
     # 2. the measured sweep (resumable), once per pass
