@@ -5,10 +5,11 @@
 
 1. `draftwise profile` of the target on a grid (batch 1, 2, 3, 4, 8, 16 × D 0 … 8 × both
    contexts, six passes of five rounds, each round every D once in a random order) and of one
-   draft-model token at the same batch sizes: the only timing the planner sees (OUT/profile.json). Every batch size measured, and 3: on this CPU a
-   step's time is not smooth in its rows (2 rows cost 1.5× one, 4 barely more than 3), so batch 2
-   interpolated between 1 and 4 came out ~10 % cheap, and static batches of 4 need 3 (the
-   batch once a row is done);
+   draft-model token, right after a target forward, at the same batch sizes: the only timing the
+   planner sees (OUT/profile.json). Every batch size measured, and 3: on this CPU a step's time
+   is not smooth in its rows (2 rows cost 1.5× one, 4 barely more than 3), so batch 2
+   interpolated between 1 and 4 came out ~10 % cheap, and static batches of 4 need 3 (the batch
+   once a row is done);
 2. the measured sweep, `draftwise bench` with the built-in engine: plain decoding and D = 1 … 8 per
    drafter, plus run-time adaptive D, at batch 1, 2, 4, 8, 16, on two throughput sets (prompt
    lengths 256 and 1k tokens), greedy, fixed output length (OUT/sweep; rerunning resumes);

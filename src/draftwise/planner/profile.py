@@ -104,6 +104,8 @@ def _prefill(runner, B: int, L: int, vocab: int, g, device: str) -> None:
 
 
 def _width_step(runner, B: int, width: int, vocab: int, g, device: str, passes: int = 1):
+    """A step to time: `passes` forwards of `width` tokens to the B cached rows, rolled back
+    afterwards (as a draft loop does)."""
     tok = torch.randint(0, vocab, (B, width), generator=g).to(device)
     n, zero = torch.full((B,), width, device=device), torch.zeros(B, dtype=torch.long, device=device)
 
@@ -146,9 +148,8 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
     (B, L), `repeats` rounds time every width once each, in a fresh random order; a point is the
     median of its passes × repeats timings. Measured once, point after point, a shared CPU's drift
     of ±10 % over seconds became the profile's shape (one such profile had 12 rows cheaper than 8,
-    and the planner followed it); timed width after width, a few seconds' drift still made 2 and 3
-    tokens a row at batch 1 cost 1.7–2.0× a plain step where decoding measured 1.4× (BENCHMARKS
-    §5.0). What stays is the host's own state: on the 2-core CPU of BENCHMARKS.md, verifying 5
+    and the planner followed it); timed width after width, drift over a few seconds still shaped
+    the curve (on a clock slowing 2 % a forward, equal widths came out up to 1.35× apart). What stays is the host's own state: on the 2-core CPU of BENCHMARKS.md, verifying 5
     tokens at batch 1 measured 1.30×, 1.65× and 1.92× a plain step in profiles hours apart."""
     from ..target import ModelRunner
 
