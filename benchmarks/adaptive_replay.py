@@ -1,4 +1,4 @@
-"""Adaptive D's decisions without the machine's noise: prompt lookup replayed (BENCHMARKS §5.0).
+"""Adaptive D's decisions without the machine's noise: prompt lookup replayed (BENCHMARKS §5.0k).
 
     python benchmarks/adaptive_replay.py --dataset throughput-1k --batch-size 1 \
         --adaptive benchmarks/results/profile_s14.json [--times CELL/units.jsonl] [--versus OLD.py]

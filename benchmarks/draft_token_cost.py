@@ -1,6 +1,6 @@
 """What one draft-model token costs: timed alone, timed right after a target forward (as
 `draftwise profile` now times it), and inside decoding (the engine's drafter seconds per drafted
-token), side by side in one process (BENCHMARKS §5.0).
+token), side by side in one process (BENCHMARKS.md, session 17).
 
     python benchmarks/draft_token_cost.py [--batch-size 1] [--dataset throughput-256] [--rounds 3]
 

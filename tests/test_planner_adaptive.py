@@ -288,7 +288,7 @@ def test_free_drafts_are_all_drafted_where_drafting_pays():
 def test_free_drafts_are_all_drafted_at_batch_2_even_where_the_average_says_plain():
     """At batch 2 the average acceptance is learned mostly where both rows are level at the start
     of a batch, and it locked prompt lookup at 1k tokens into plain decoding (0.973–0.985 of D = 4
-    replayed, BENCHMARKS §5.0): where drafting is free the per-step schedule decides at batch 2 as
+    replayed, BENCHMARKS §5.0k): where drafting is free the per-step schedule decides at batch 2 as
     at batch 1. From batch 4 on the average's choice stands (drafting every step for a schedule that
     verifies next to nothing cost 0.8–1.8 %)."""
     sps = lambda N: 1.0 / (0.010 + 0.004 * N)   # noqa: E731
@@ -722,7 +722,7 @@ def test_a_row_alone_from_its_first_step_gets_no_factor_of_its_own():
     last is the one that accepted least. A request decoded alone is not picked out that way, and its
     factor only locked it in: once low, its drafts were no longer verified, so it never recovered.
     Replayed (benchmarks/adaptive_replay.py), prompt lookup at batch 1, 1k tokens, ran at 0.962 of
-    D = 4 with the factor and 1.000 without (BENCHMARKS §5.0). Here a row alone that accepted none
+    D = 4 with the factor and 1.000 without (BENCHMARKS §5.0k). Here a row alone that accepted none
     of its first drafts is verified as a row never seen; one that shared its batch is not."""
     import copy
 

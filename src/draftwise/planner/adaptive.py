@@ -852,7 +852,7 @@ class AdaptiveDraftLength:
     # steps of each batch, where the rows are level and the batch's end moves only if both
     # accept; it locked prompt lookup at 1k tokens into plain decoding, 0.973–0.985 of D = 4,
     # where drafting the most every step reached 1.010–1.030 (replayed under noise, BENCHMARKS
-    # §5.0). In session 10, before the per-step schedule priced a static batch's tokens
+    # §5.0k). In session 10, before the per-step schedule priced a static batch's tokens
     # (`static_worth`), the same cost 0.966 of D = 3 (§5.0e). At batch 4 and 8 the per-step
     # schedule verifies next to nothing, and drafting every step for it cost 0.8–1.8 % (replayed).
     FREE_ROWS = 2
@@ -1143,7 +1143,7 @@ class AdaptiveDraftLength:
         (2, 4) a row's few first steps made its factor noise. A row alone in its batch from its
         first step keeps 1: nothing picks it out, and its factor only locked it in — once low, its
         drafts went unverified and it never recovered (prompt lookup replayed at batch 1, 1k
-        tokens: 0.962 of D = 4 with it, 1.000 without; BENCHMARKS §5.0). None without row ids."""
+        tokens: 0.962 of D = 4 with it, 1.000 without; BENCHMARKS §5.0k). None without row ids."""
         ids = self._row_ids
         if ids is None or len(ids) != batch_size:
             return None

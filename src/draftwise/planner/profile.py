@@ -185,7 +185,7 @@ def measure_draft_steps(model, batch_sizes: Sequence[int], context_lengths: Sequ
     forward at the same (B, L), as in decoding. Timed alone, back to back, the draft's weights stay
     in the CPU's caches: on the 2-core CPU of BENCHMARKS.md a draft token cost 0.66 ms in such a
     profile and 1.9 ms inside decoding, and the planner predicted gains where the sweep measured
-    losses (§5.0)."""
+    losses (BENCHMARKS.md, session 17)."""
     from ..target import ModelRunner
 
     runner, vocab = ModelRunner(model, lean=True), model.config.vocab_size
