@@ -5,9 +5,11 @@
 - memory bandwidth: a large tensor copy (bytes read + written / time);
 - with a target (model folder, config.json or bundled config name — a config alone gives a
   randomly initialised model), the real step time for B sequences × (1 + D) new tokens at context L,
-  through the engine's own runner (mask, positions, rollback included), the median of a few repeats;
+  through the engine's own runner (mask, positions, rollback included), every D of a (B, L) timed in
+  the same rounds;
 - with a draft model, the time of one drafted token for B sequences at context L, through the
-  engine's own runner (small models are dominated by per-forward costs no FLOP count predicts).
+  engine's own runner, right after a target forward as in decoding (small models are dominated
+  by per-forward costs no FLOP count predicts, and by whether their weights are still cached).
 Saved as JSON (a `Hardware` with `source: "measured"`) and reused with `--hardware profile.json`;
 `sps_curves` in the file give steps/s against verified tokens for the run-time scheduler.
 """
