@@ -35,7 +35,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     tgt = dw.load_target(args.target)
-    tmodel, _ = _load_target(args.target, torch.float32, "cpu")
+    tmodel = tgt.model
     dmodel, _ = _load_target(args.draft, torch.float32, "cpu")
     B = args.batch_size
     prompts = [tgt.tokenizer.encode(r.turns[0])

@@ -122,8 +122,7 @@ def _width_step(runner, B: int, width: int, vocab: int, g, device: str, passes: 
 def _interleaved_samples(steps: dict, rounds: int, rng: random.Random, device: str,
                          clock=time.perf_counter) -> dict:
     """{key: [seconds, …]}: `rounds` rounds, each timing every step once in a fresh random order
-    (after one untimed round). Timed width after width, a shared CPU's drift over seconds became the
-    profile's shape; here every width sees the same moments."""
+    (after one untimed round), so that every step sees the same moments of a drifting machine."""
     keys = list(steps)
     for k in keys:
         steps[k]()
@@ -151,8 +150,9 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
     median of its passes × repeats timings. Measured once, point after point, a shared CPU's drift
     of ±10 % over seconds became the profile's shape (one such profile had 12 rows cheaper than 8,
     and the planner followed it); timed width after width, drift over a few seconds still shaped
-    the curve (on a clock slowing 2 % a forward, equal widths came out up to 1.35× apart). What stays is the host's own state: on the 2-core CPU of BENCHMARKS.md, verifying 5
-    tokens at batch 1 measured 1.30×, 1.65× and 1.92× a plain step in profiles hours apart."""
+    the curve (on a clock slowing 2 % a forward, equal widths came out up to 1.35× apart). What
+    stays is the host's own state: on the 2-core CPU of BENCHMARKS.md, verifying 5 tokens at
+    batch 1 measured 1.30×, 1.65× and 1.92× a plain step in profiles hours apart."""
     from ..target import ModelRunner
 
     runner = runner or ModelRunner(model, lean="exact")
