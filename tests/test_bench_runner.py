@@ -137,6 +137,22 @@ def test_interleaved_sweep_same_results_side_by_side(tmp_path):
     assert [r["key"] for r in a[:2]] == [a[0]["key"]] * 2                      # sequential: by configuration
 
 
+def test_before_group_runs_ahead_of_each_group_left(tmp_path):
+    """The hook (the planner validation times the machine in it) runs once before each (dataset,
+    batch size) group of an interleaved sweep, and on resume only before groups with work left."""
+    out, seen = tmp_path / "hook", []
+    hook = lambda ds, bs: seen.append((ds, bs))   # noqa: E731
+    with pytest.raises(RuntimeError, match="simulated kill"):   # bs=1 takes 35 calls (warm-ups too)
+        run_bench(_cfg(out, plots=False, interleave=True), backend=FakeBackend(fail_after=40), before_group=hook)
+    assert seen == [("qualitative", 1), ("qualitative", 2)]
+    seen.clear()
+    run_bench(_cfg(out, plots=False, interleave=True), backend=FakeBackend(), before_group=hook)
+    assert seen == [("qualitative", 2)]
+    seen.clear()
+    run_bench(_cfg(out, plots=False, interleave=True), backend=FakeBackend(), before_group=hook)
+    assert seen == []
+
+
 def test_min_batches_adds_requests_at_large_batch_sizes(tmp_path):
     """--min-batches 3 with 4 requests: batch 1 keeps its 4 requests (4 batches), batch 2 gets 6
     (3 batches), batch 4 gets 12; each smaller set is a prefix of the larger ones, and resuming
@@ -187,3 +203,16 @@ def test_cli_real_engine_tiny_model(tmp_path):
     conf = json.loads((out / "configuration.json").read_text())
     assert any(name.endswith(".safetensors") for name in conf["models"]["target"]["files"])
     assert len(read_results(out)) == 4 * 2 * 4     # baseline, D=2, D=3, adaptive × 2 batch sizes
+    # each batch's steps, once, on its first row: rows active and the widest draft verified per step
+    windows: dict = {}
+    for r in read_results(out):
+        for o in r["outputs"]:
+            windows.setdefault(o["window"], []).append(o)
+    for outs in windows.values():
+        (steps,) = [o["batch_steps"] for o in outs if "batch_steps" in o]
+        assert "batch_steps" in outs[0]
+        for i, (rows, width, t_target, t_drafter, t_other) in enumerate(steps):
+            live = [o for o in outs if len(o["step_lengths"]) > i]
+            assert rows == len(live) and width == max(o["drafted"][i] for o in live)
+            assert t_target > 0 and t_drafter >= 0
+        assert len(steps) == max(len(o["step_lengths"]) for o in outs)

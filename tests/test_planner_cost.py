@@ -126,6 +126,33 @@ def test_profile_calibrates_matching_target(tmp_path):
     assert CostModel("llama-3.1-70b", h).calibration.points == 0
 
 
+def test_plain_decoding_priced_by_its_run_where_profiled():
+    """D = 0 (plain decoding, every speedup's baseline) costs the profile's plain-run step; a
+    speculative step without a proposal still costs one token a row amid wider steps."""
+    from draftwise.planner import predict
+    from draftwise.planner.acceptance import Acceptance
+    from draftwise.planner.model import load_config
+    cfg, _ = load_config("llama-3.1-8b")
+    steps = [{"B": B, "D": D, "L": L, "seconds": 1e-3 * (B + D) * (1 + L / 1000),
+              **({"plain_run_seconds": 0.8e-3 * B * (1 + L / 1000)} if D == 0 else {})}
+             for B in (1, 4) for D in (0, 4) for L in (500, 1000)]
+    h = get_hardware("h100-sxm")
+    h.step_times, h.target_config, h.target = steps, cfg, "llama-3.1-8b"
+    cm = CostModel("llama-3.1-8b", h)
+    assert cm.plain_time(4, 1000) == pytest.approx(0.8 * cm.target_time(4, 0, 1000))
+    assert cm.plain_time(64, 8000) == pytest.approx(0.8 * cm.target_time(64, 0, 8000))   # ratio of the edge
+    acc = {"ngram": Acceptance([0.9] * 4, name="ngram", proposal_rate=0.5)}
+    P = {p["num_draft_tokens"]: p for p in predict("llama-3.1-8b", h, acceptance=acc, batch_sizes=[1],
+                                                   draft_tokens=[0, 4], context_lengths=[1000])}
+    assert P[0]["target_time_s"] == pytest.approx(0.8 * 2e-3) and P[0]["speedup"] == pytest.approx(1.0)
+    # half the steps verify 1 + 4 tokens, half none: those cost the mixed price of one token a row
+    assert P[4]["target_time_s"] == pytest.approx(0.5 * 10e-3 + 0.5 * 2e-3)
+    assert P[4]["speedup"] == pytest.approx(P[4]["expected_tokens_per_step"] * 0.8 * 2e-3 / P[4]["step_time_s"])
+    # an older profile without plain runs prices plain decoding as its D = 0 point
+    h.step_times = [{k: v for k, v in m.items() if k != "plain_run_seconds"} for m in steps]
+    assert CostModel("llama-3.1-8b", h).plain_time(4, 1000) == pytest.approx(cm.target_time(4, 0, 1000))
+
+
 def test_measured_draft_model_token_times():
     """A profile that timed the draft model replaces the modelled draft cost for that draft model."""
     from draftwise.planner.model import drafter_desc
@@ -145,6 +172,15 @@ def test_measured_draft_model_token_times():
     d2 = drafter_desc("draft_model", cm.target, config=other)
     assert cm.drafter_time(d2, 1, 3, 100) != pytest.approx(3 * cm.drafter_time(d2, 1, 1, 100) + 1)
     assert cm.measured_draft_token(d2, 1, 100) is None
+    # the target's verification slowed by the draft: (factor − 1) of it joins the draft's cost
+    assert cm.measured_target_factor(d, 1, 128) == 1.0
+    for p in h.draft_step_times:
+        p["target_factor"] = 1.2 if p["B"] == 1 else 1.4
+    slowed = CostModel("llama-3.1-8b", h)
+    assert slowed.measured_target_factor(d, 2, 128) == pytest.approx(1.3)              # log-linear in B
+    assert slowed.measured_target_factor(d, 64, 128) == pytest.approx(1.4)             # held beyond
+    assert slowed.drafter_time(d, 1, 3, 100) == pytest.approx(3e-3 + 0.2 * slowed.target_time(1, 3, 100))
+    assert slowed.measured_target_factor(d2, 1, 128) == 1.0                            # another draft
 
 
 def test_profiled_grid_interpolates_and_extrapolates_with_the_model():

@@ -2,6 +2,8 @@
 draft model that costs more right after the target ran."""
 from types import SimpleNamespace
 
+import pytest
+
 import draftwise.planner.profile as prof
 import draftwise.target as target_mod
 from draftwise.planner.profile import measure_steps
@@ -47,7 +49,8 @@ def test_every_width_sees_the_same_drift():
     # widths 1…9 all cost the same: a profile must say so, whatever the order it times them in
     # (timed width after width, as before, they came out up to 1.35× apart)
     r = DriftingRunner(lambda width: 0.01)
-    pts = measure_steps(fake_model(), [1], list(range(9)), [8], repeats=3, passes=3, runner=r, clock=r.now)
+    pts = measure_steps(fake_model(), [1], list(range(9)), [8], repeats=3, passes=3, runner=r, clock=r.now,
+                        plain_run=0)
     secs = [p["seconds"] for p in pts]
     assert max(secs) / min(secs) < 1.08, secs
 
@@ -56,8 +59,36 @@ def test_a_dear_width_stays_dear():
     # and a real difference in cost survives the shuffling: width 3 at 1.5× its neighbours
     r = DriftingRunner(lambda width: 0.015 if width == 3 else 0.01)
     pts = {p["D"]: p["seconds"] for p in measure_steps(fake_model(), [1], list(range(5)), [8], repeats=5,
-                                                        passes=2, runner=r, clock=r.now)}
+                                                        passes=2, runner=r, clock=r.now, plain_run=0)}
     assert all(pts[2] > 1.3 * pts[d] for d in (0, 1, 3, 4)), pts
+
+
+class RunRunner(FakeRunner):
+    """One token a row costs 2 ms right after a one-token forward, 3 ms after a wider one (plain
+    decoding's run of equal steps against a speculative run's mix); width w costs 3 + w ms."""
+
+    def __init__(self):
+        super().__init__()
+        self.t, self.last = 0.0, None
+
+    def now(self):
+        return self.t
+
+    def forward(self, tok, n):
+        w = tok.shape[1]
+        self.t += (0.002 if self.last == 1 else 0.003) if w == 1 else 0.003 + 0.001 * w
+        self.last = w
+
+
+def test_plain_decoding_is_timed_in_a_run_of_plain_steps():
+    r = RunRunner()
+    pts = {p["D"]: p for p in measure_steps(fake_model(), [1], [0, 1, 2], [8], repeats=4, passes=2, runner=r,
+                                            clock=r.now, plain_run=16)}
+    assert abs(pts[0]["plain_run_seconds"] - (0.003 + 15 * 0.002) / 16) < 1e-9    # the run's first step pays the mix
+    assert 0.002 <= pts[0]["seconds"] <= 0.003 + 1e-9 and abs(pts[2]["seconds"] - 0.006) < 1e-9
+    assert "plain_run_seconds" not in pts[1] and "plain_run_seconds" not in pts[2]
+    assert all("plain_run_seconds" not in p for p in measure_steps(fake_model(), [1], [0, 1], [8], repeats=1,
+                                                                     passes=1, runner=RunRunner(), plain_run=0))
 
 
 class CachedRunner(FakeRunner):
@@ -83,3 +114,27 @@ def test_a_draft_token_is_timed_as_decoding_pays_it(monkeypatch):
     after = prof.measure_draft_steps(fake_model("draft"), [1], [8], repeats=3, target=fake_model())
     assert abs(alone[0]["seconds"] - 0.001) < 1e-9
     assert abs(after[0]["seconds"] - 0.00125) < 1e-9    # (2 + 1 + 1 + 1) ms over 4 tokens
+
+
+class EvictingRunner(FakeRunner):
+    """A target forward costs 1 ms, 1.5 ms right after a draft forward (the draft evicted its
+    weights); draft forwards cost nothing on the clock."""
+    clock = {"now": 0.0, "last": None}
+
+    @staticmethod
+    def now():
+        return EvictingRunner.clock["now"]
+
+    def forward(self, tok, n):
+        c = EvictingRunner.clock
+        if self.model.kind == "target":
+            c["now"] += 0.0015 if c["last"] == "draft" else 0.001
+        c["last"] = self.model.kind
+
+
+def test_the_target_after_draft_tokens_is_timed_as_decoding_pays_it(monkeypatch):
+    monkeypatch.setattr(target_mod, "ModelRunner", EvictingRunner)
+    monkeypatch.setattr(prof.time, "perf_counter", EvictingRunner.now)
+    pts = prof.measure_draft_steps(fake_model("draft"), [1, 2], [8], repeats=3, target=fake_model())
+    assert [p["target_factor"] for p in pts] == pytest.approx([1.5, 1.5])
+    assert "target_factor" not in prof.measure_draft_steps(fake_model("draft"), [1], [8], repeats=3)[0]

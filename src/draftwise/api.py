@@ -134,7 +134,7 @@ def _profiled_draft_price(tgt, source, draft, L):
     desc = drafter_desc("draft_model", cm.target, config=draft.runner.model.config)
     if cm.measured_draft_token(desc, 1, int(L)) is None:
         return None
-    return lambda b: cm.drafter_time(desc, b, 1, int(L))
+    return lambda b: cm.measured_draft_token(desc, b, int(L))
 
 
 def generate(

@@ -150,9 +150,16 @@ class EngineBackend:
                                  max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
                                  top_p=top_p, seed=seed, ignore_eos=ignore_eos, stop=stop, stream=stream,
                                  adaptive=(self.adaptive_hardware or True) if split_adaptive(drafter)[1] else False)
-        return [{"token_ids": list(o.token_ids), "text": o.text, "accept_lengths": list(o.accept_lengths),
-                 "num_drafted": list(o.num_drafted), "token_times": list(o.token_times),
-                 "finish_reason": o.finish_reason} for o in outs]
+        res = [{"token_ids": list(o.token_ids), "text": o.text, "accept_lengths": list(o.accept_lengths),
+                "num_drafted": list(o.num_drafted), "token_times": list(o.token_times),
+                "finish_reason": o.finish_reason} for o in outs]
+        stats = getattr(outs, "stats", None)
+        if res and stats is not None:
+            # the batch's steps, once (on the first row): what each width cost inside decoding, so a
+            # profile's step prices can be checked against the run they predict
+            res[0]["batch_steps"] = [[len(s.rows), max(s.drafted, default=0), round(s.t_target, 7),
+                                      round(s.t_drafter, 7), round(s.t_other, 7)] for s in stats.steps]
+        return res
 
 
 # ----------------------------------------------------------------------------------- run dir
@@ -341,12 +348,16 @@ def run_batch(backend, reqs: Sequence[Request], drafter: str, D: int, cfg: Bench
                 "num_tokens": len(o["token_ids"]),
                 "window": window,
                 "finish_reason": o["finish_reason"],
+                **({"batch_steps": o["batch_steps"]} if "batch_steps" in o else {}),
             })
     return turns_out
 
 
-def run_bench(cfg: BenchConfig, backend=None, log: Callable[[str], None] = print) -> Path:
-    """Run (or resume) the sweep into ``cfg.out`` and write the reports; returns the run dir."""
+def run_bench(cfg: BenchConfig, backend=None, log: Callable[[str], None] = print,
+              before_group: Optional[Callable[[str, int], None]] = None) -> Path:
+    """Run (or resume) the sweep into ``cfg.out`` and write the reports; returns the run dir.
+    ``before_group(dataset, batch_size)``, with ``cfg.interleave``, runs before each (dataset, batch
+    size) that has requests left, e.g. to time the machine in the minutes that group is measured."""
     from draftwise.bench import report
 
     if cfg.temperature < 0:
@@ -438,6 +449,8 @@ def run_bench(cfg: BenchConfig, backend=None, log: Callable[[str], None] = print
             for unit in todo:
                 groups.setdefault((unit[0], unit[3]), []).append(unit)
             for (ds, bs), units in groups.items():
+                if before_group is not None:
+                    before_group(ds, bs)
                 if bar is not None:
                     bar.set_postfix_str(f"{ds} bs={bs} ({len(units)} configurations interleaved)")
                 for unit in units:

@@ -20,6 +20,7 @@ Beyond the last measured position α is extrapolated as the mean of the last two
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -77,22 +78,32 @@ class Acceptance:
         return total
 
     def expected_tokens_static(self, D: int, batch_size: int) -> float:
-        """Tokens per step and row in a static batch (Hugging Face `generate`, draftwise's engine):
-        the batch runs until its slowest row is done, so with N tokens a row, B rows drawn from the
-        requests take E[max_r N/τ_r] steps, against E[N/τ_r] for a row on its own. E[τ] is scaled
-        by that ratio, E[1/τ_r] / E[max_r 1/τ_r]: 1 at batch 1, and as B grows the worst
-        request sets the pace. The ratio, not the per-request τ themselves: each request's τ comes
-        from a few dozen steps, and the harmonic mean of such noisy estimates sits below the pooled
-        one (taken whole, the validation under-predicted prompt lookup at batch 1 by ~10 %).
-        A continuous-batching server (vLLM, SGLang) refills finished rows and banks E[τ].
-        Without per-request data, E[τ]."""
+        """Tokens per step and row in a static batch (Hugging Face `generate`, draftwise's engine)
+        with every step priced alike: the batch runs until its slowest row is done, so E[τ] is
+        scaled by 1 / Σ `static_shares`. A continuous-batching server (vLLM, SGLang) refills
+        finished rows and banks E[τ]. Without per-request data, E[τ]."""
+        return self.expected_tokens(D) / sum(self.static_shares(D, batch_size))
+
+    def static_shares(self, D: int, batch_size: int) -> list[float]:
+        """[w_1 … w_B]: the steps a static batch of B rows runs with B, B − 1, …, 1 rows left,
+        in units of one row's steps on its own (w_1 = 1 at batch 1; Σ w ≥ 1 as the slowest row
+        sets the pace). Rows are B draws from the requests, with N tokens a row taking N/τ_r
+        steps; w_k = (E[k-th fewest steps] − E[(k − 1)-th]) / E[steps of one row]. The ratios,
+        not the per-request τ themselves: each request's τ comes from a few dozen steps, and the
+        harmonic mean of such noisy estimates sits below the pooled one (taken whole, the
+        validation under-predicted prompt lookup at batch 1 by ~10 %). Priced by their rows, the
+        steps after the first rows finish cost less than the full batch's (`predict`)."""
+        B = max(int(batch_size), 1)
         if not self.per_request:
-            return self.expected_tokens(D)
+            return [1.0] + [0.0] * (B - 1)
         inv = sorted(1.0 / Acceptance(c, extrapolate=self.extrapolate).expected_tokens(D) for c in self.per_request)
-        n, B = len(inv), max(int(batch_size), 1)
-        # the expected maximum of B draws (with replacement) from the requests
-        e_max = sum(x * ((i / n) ** B - ((i - 1) / n) ** B) for i, x in enumerate(inv, 1))
-        return self.expected_tokens(D) * (sum(inv) / n) / e_max
+        n, mean = len(inv), sum(inv) / len(inv)
+
+        def at_most(k: int, F: float) -> float:     # P(k-th smallest of B draws ≤ x) where P(draw ≤ x) = F
+            return sum(math.comb(B, j) * F ** j * (1.0 - F) ** (B - j) for j in range(k, B + 1))
+        order = [sum(x * (at_most(k, i / n) - at_most(k, (i - 1) / n)) for i, x in enumerate(inv, 1))
+                 for k in range(1, B + 1)]
+        return [(order[k] - (order[k - 1] if k else 0.0)) / mean for k in range(B)]
 
     def verify_share(self, batch_size: int) -> float:
         return verify_share(self.proposal_rate, batch_size)

@@ -63,10 +63,11 @@ class CostModel:
         base = get_hardware(hardware)
         self.hw: Hardware = base.scaled(num_devices)
         self.calibration = Calibration()
-        self._grid = None
+        self._grid = self._plain = None
         if calibrate and self.hw.step_times and self._profile_matches():
             self.fit(self.hw.step_times)
             self._grid = self._measured_grid()
+            self._plain = self._plain_ratios()
 
     # ------------------------------------------------------------------ primitives
     def gemm_time(self, params: float, rows: float, wbytes: float) -> float:
@@ -148,6 +149,25 @@ class CostModel:
             return measured
         return measured * model / self.target_breakdown(Bc, Dc, Lc)["total"]
 
+    def plain_time(self, B: int, L: int) -> float:
+        """A step of plain decoding. Where the profile timed one in a run of plain steps, it costs
+        less than `target_time(B, 0, L)`, one token a row amid wider steps (a speculative run's
+        steps without a proposal), by the ratio measured at the nearest (B, L) of the profile."""
+        t = self.target_time(B, 0, L)
+        if not self._plain:
+            return t
+        Bs, Ls, R = self._plain
+        Bc, Lc = min(max(B, Bs[0]), Bs[-1]), min(max(L, Ls[0]), Ls[-1])
+        return t * _interp(Ls, Lc, lambda l: _interp(Bs, Bc, lambda b: R[(b, l)], log=True))
+
+    def _plain_ratios(self):
+        """(Bs, Ls, {(B, L): plain-run seconds / seconds}) when every D = 0 point has both."""
+        pts = [m for m in self.hw.step_times if int(m["D"]) == 0]
+        if not pts or any("plain_run_seconds" not in m for m in pts):
+            return None
+        R = {(int(m["B"]), int(m["L"])): float(m["plain_run_seconds"]) / float(m["seconds"]) for m in pts}
+        return sorted({b for b, _ in R}), sorted({l for _, l in R}), R
+
     def _measured_grid(self):
         """(Bs, Ds, Ls, {(B, D, L): s}) when the profile's step times form a full grid."""
         pts = {(int(m["B"]), int(m["D"]), int(m["L"])): float(m["seconds"]) for m in self.hw.step_times}
@@ -169,8 +189,8 @@ class CostModel:
         per_pass = self._pass_overhead(n_layers)
         if drafter.model is not None:   # a standalone draft model: D sequential single-token steps
             measured = self.measured_draft_token(drafter, B, L)
-            if measured is not None:
-                return D * measured
+            if measured is not None:    # its tokens, and the target's verification they slowed
+                return D * measured + (self.measured_target_factor(drafter, B, L) - 1.0) * self.target_time(B, D, L)
             one = sum(self.forward_breakdown(drafter.model, B, 1, L).values())
             return D * (s * one + per_pass)
         pseudo = self.target
@@ -187,8 +207,17 @@ class CostModel:
     def measured_draft_token(self, drafter: DrafterDesc, B: int, L: int) -> Optional[float]:
         """One draft-model token from the profile's draft_step_times when they were measured on this
         draft model: nearest context, then log-linear in B (linear per row beyond the largest B)."""
-        pts, cfg = self.hw.draft_step_times, self.hw.draft_config
-        if not pts or not cfg:
+        return self._draft_profile(drafter, B, L, "seconds", per_row_beyond=True)
+
+    def measured_target_factor(self, drafter: DrafterDesc, B: int, L: int) -> float:
+        """How much dearer the target's verification is right after this draft model's tokens than
+        after a target step (`draftwise profile`'s target_factor; 1 where it was not measured)."""
+        f = self._draft_profile(drafter, B, L, "target_factor", per_row_beyond=False)
+        return 1.0 if f is None else f
+
+    def _draft_profile(self, drafter: DrafterDesc, B: int, L: int, key: str, per_row_beyond: bool) -> Optional[float]:
+        pts, cfg = [p for p in self.hw.draft_step_times if key in p], self.hw.draft_config
+        if not pts or not cfg or drafter.model is None:
             return None
         try:
             if describe(cfg).total_params != drafter.model.total_params:
@@ -196,12 +225,12 @@ class CostModel:
         except Exception:
             return None
         Lc = min({p["L"] for p in pts}, key=lambda x: abs(math.log(max(x, 1) / max(L, 1))))
-        by_b = sorted((p["B"], p["seconds"]) for p in pts if p["L"] == Lc)
+        by_b = sorted((p["B"], p[key]) for p in pts if p["L"] == Lc)
         if B <= by_b[0][0]:
             return by_b[0][1]
         if B >= by_b[-1][0]:
             b, t = by_b[-1]
-            if len(by_b) == 1:
+            if len(by_b) == 1 or not per_row_beyond:
                 return t
             b0, t0 = by_b[-2]
             return t + max(0.0, (t - t0) / (b - b0)) * (B - b)

@@ -9,7 +9,8 @@
   the same rounds;
 - with a draft model, the time of one drafted token for B sequences at context L, through the
   engine's own runner, right after a target forward as in decoding (small models are dominated
-  by per-forward costs no FLOP count predicts, and by whether their weights are still cached).
+  by per-forward costs no FLOP count predicts, and by whether their weights are still cached),
+  and how much dearer the target's next verification is after those drafts (`target_factor`).
 Saved as JSON (a `Hardware` with `source: "measured"`) and reused with `--hardware profile.json`;
 `sps_curves` in the file give steps/s against verified tokens for the run-time scheduler.
 """
@@ -138,12 +139,21 @@ def _interleaved_samples(steps: dict, rounds: int, rng: random.Random, device: s
     return out
 
 
+PLAIN_RUN = 16
+
+
 @torch.no_grad()
 def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int], context_lengths: Sequence[int],
                   *, device: str = "cpu", repeats: int = 3, passes: int = 3, log=None, runner=None,
-                  clock=time.perf_counter) -> list[dict]:
+                  clock=time.perf_counter, plain_run: int = PLAIN_RUN) -> list[dict]:
     """[{"B", "D", "L", "seconds"}]: one verification forward of B × (1 + D) tokens at context L,
     through the engine's own runner (ragged mask, positions, rollback), as the engine pays it.
+
+    With `plain_run` > 0 the D = 0 points also get "plain_run_seconds": a step of plain decoding,
+    timed as a run of `plain_run` one-token forwards (the cache growing) in the same rounds. One
+    token a row amid wider steps costs more than in a run of its own (on the 2-core CPU of
+    BENCHMARKS.md 7–10 % in a profile, 15–30 % inside decoding): plain decoding is the baseline
+    every speedup divides by, and prompt lookup's steps without a proposal pay the other price.
 
     The grid is measured `passes` times, the (B, L) in reverse order every other pass; within a
     (B, L), `repeats` rounds time every width once each, in a fresh random order; a point is the
@@ -164,16 +174,24 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
         for B, L in (cells if p % 2 == 0 else cells[::-1]):
             _prefill(runner, B, L, vocab, g, device)
             steps = {D: _width_step(runner, B, 1 + D, vocab, g, device) for D in draft_tokens}
+            if plain_run > 0:
+                steps["plain"] = _width_step(runner, B, 1, vocab, g, device, passes=plain_run)
             for D, ts in _interleaved_samples(steps, max(int(repeats), 1), rng, device, clock).items():
+                if D == "plain":
+                    ts = [t / plain_run for t in ts]
                 samples.setdefault((B, D, L), []).extend(ts)
     out = []
     for L in context_lengths:
         for B in batch_sizes:
             for D in draft_tokens:
-                sec = statistics.median(samples[(B, D, L)])
-                out.append({"B": int(B), "D": int(D), "L": int(L), "seconds": sec})
+                point = {"B": int(B), "D": int(D), "L": int(L), "seconds": statistics.median(samples[(B, D, L)])}
+                if D == 0 and plain_run > 0:
+                    point["plain_run_seconds"] = statistics.median(samples[(B, "plain", L)])
+                out.append(point)
                 if log:
-                    log(f"  B={B:<4d} D={D:<3d} L={L:<6d} {sec * 1e3:9.2f} ms")
+                    log(f"  B={B:<4d} D={D:<3d} L={L:<6d} {point['seconds'] * 1e3:9.2f} ms"
+                        + (f"  (in a run of plain steps {point['plain_run_seconds'] * 1e3:.2f} ms)"
+                           if "plain_run_seconds" in point else ""))
     return out
 
 
@@ -203,10 +221,34 @@ def measure_draft_steps(model, batch_sizes: Sequence[int], context_lengths: Sequ
                 verify = _width_step(trunner, B, 1, target.config.vocab_size, g, device)
             drafts = _width_step(runner, B, 1, vocab, g, device, passes=4)
             sec = _median_time(drafts, repeats, device, warmup=2, before=verify) / 4
-            out.append({"B": int(B), "L": int(L), "seconds": sec})
+            point = {"B": int(B), "L": int(L), "seconds": sec}
+            if trunner is not None:
+                point["target_factor"] = _target_after_drafts(trunner, B, target.config.vocab_size, g, device,
+                                                              drafts, verify, repeats)
+            out.append(point)
             if log:
-                log(f"  draft B={B:<4d} L={L:<6d} {sec * 1e3:9.2f} ms")
+                log(f"  draft B={B:<4d} L={L:<6d} {sec * 1e3:9.2f} ms"
+                    + (f"  (then the target's step ×{point['target_factor']:.2f})" if "target_factor" in point else ""))
     return out
+
+
+def _target_after_drafts(trunner, B: int, vocab: int, g, device: str, drafts, verify, repeats: int) -> float:
+    """A verification of 5 tokens a row right after four draft tokens, over the same right after
+    a target step: the draft model's passage through the caches slows the target too (on the
+    2-core CPU of BENCHMARKS.md 10–25 % at batch 1–8, prices of width 2.4 against prompt lookup's
+    2.0), a cost of drafting with a model that the target's own grid never sees."""
+    step = _width_step(trunner, B, 5, vocab, g, device)
+    times: dict[str, list[float]] = {"draft": [], "target": []}
+    for _ in range(max(int(repeats), 1)):
+        for kind, before in (("draft", drafts), ("target", verify)):
+            before()
+            _sync(device)
+            t0 = time.perf_counter()
+            step()
+            _sync(device)
+            times[kind].append(time.perf_counter() - t0)
+    base = statistics.median(times["target"])
+    return statistics.median(times["draft"]) / base if base > 0 else 1.0
 
 
 def sps_curves(step_times: list[dict]) -> list[dict]:

@@ -6,7 +6,8 @@ Two modes:
   ties; α = 1 gives E[τ] = D + 1).
 - Full: a target model, hardware and acceptance (per drafter). For each batch size B and context L,
   throughput(drafter, D) = B·E[τ](D) / (T_target(B, D, L) + T_drafter(B, D, L)); the speedup is
-  against D = 0 (no speculation) at the same B and L. For a fixed B maximising system throughput
+  against D = 0 (plain decoding, priced as a run of plain steps where the profile timed one:
+  `CostModel.plain_time`) at the same B and L. For a fixed B maximising system throughput
   and per-user speed pick the same (drafter, D); a latency target (ms per output token per user)
   additionally picks the operating point: the largest batch that still meets it. A D is only
   chosen over plain decoding when it is predicted to gain at least `min_gain` (default 2 %): a
@@ -225,8 +226,10 @@ def predict(target: Any, hardware: Any = None, *, acceptance: Any = None, alpha:
             batching: str = "continuous") -> list[dict]:
     """The cost model's prediction for every (drafter, B, D, L) cell, for comparing with a measured
     sweep: step time (target + drafter), expected tokens per step, throughput and speedup over D = 0.
-    batching="static": the batch ends with its slowest row (`Acceptance.expected_tokens_static`,
-    which needs per-request acceptance), as in Hugging Face `generate` and draftwise's own engine."""
+    batching="static": the batch ends with its slowest row (`Acceptance.static_shares`, which needs
+    per-request acceptance), as in Hugging Face `generate` and draftwise's own engine; the steps
+    after its first rows finish are priced at the rows left. expected_tokens_per_step is then per
+    step at the full batch's price."""
     if batching not in ("continuous", "static"):
         raise ValueError(f"batching must be 'continuous' or 'static', got {batching!r}")
     hw = get_hardware(hardware)
@@ -251,16 +254,21 @@ def predict(target: Any, hardware: Any = None, *, acceptance: Any = None, alpha:
             raise ValueError(f"cannot tell which drafter {n!r} is")
         for L in _as_list(context_lengths):
             for B in _as_list(batch_sizes):
-                t0 = cm.target_time(B, 0, L)
-                share = a.verify_share(B)
+                plain = cm.plain_time(B, L)
                 for D in _as_list(draft_tokens):
-                    tt = share * cm.target_time(B, D, L) + (1 - share) * t0 if D else t0
-                    td = _drafter_time(cm, d, cost_ratio, B, D, L)
-                    E = a.expected_tokens_static(D, B) if batching == "static" else a.expected_tokens(D)
+                    def target(b: int) -> float:    # a step of b rows (no proposal in any: one token a row)
+                        share = a.verify_share(b)
+                        return share * cm.target_time(b, D, L) + (1 - share) * cm.target_time(b, 0, L) if D \
+                            else cm.plain_time(b, L)
+                    tt, td = target(B), _drafter_time(cm, d, cost_ratio, B, D, L)
+                    E = a.expected_tokens(D)
+                    if batching == "static":        # the same tokens over the batch's shrinking steps
+                        E *= (tt + td) / sum(w * (target(B - k) + _drafter_time(cm, d, cost_ratio, B - k, D, L))
+                                             for k, w in enumerate(a.static_shares(D, B)) if w)
                     out.append({"drafter": n, "batch_size": B, "num_draft_tokens": D, "context_length": L,
                                 "target_time_s": tt, "draft_time_s": td, "step_time_s": tt + td,
                                 "expected_tokens_per_step": E, "throughput_tok_s": B * E / (tt + td),
-                                "speedup": E * t0 / (tt + td)})
+                                "speedup": E * plain / (tt + td)})
     return out
 
 
@@ -277,18 +285,18 @@ def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain, T_target=No
     res = {}
     for n, a in acc.items():
         rows = []
-        share = a.verify_share(B)   # steps where no row has a proposal cost a plain step
+        share = a.verify_share(B)   # steps where no row has a proposal cost one token a row
         for D in range(max_draft + 1):
             td = _drafter_time(cm, ddesc[n], cost_ratio, B, D, L)
-            tt = share * T_target[D] + (1 - share) * T_target[0]
+            tt = share * T_target[D] + (1 - share) * T_target[0] if D else cm.plain_time(B, L)
             rows.append((a.expected_tokens(D), tt + td, td))
         res[n] = (pick_num_draft_tokens([E / T for E, T, _ in rows], min_gain), rows)
     return res, T_target
 
 
 def _plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, check_memory, min_gain) -> dict:
-    res, T_target = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain)
-    T0 = T_target[0]
+    res, _ = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain)
+    T0 = cm.plain_time(B, L)        # plain decoding, the baseline
     per = {}
     for n, (D, rows) in res.items():
         E, T, td = rows[D]
