@@ -216,6 +216,7 @@ class CostModel:
         return 1.0 if f is None else f
 
     def _draft_profile(self, drafter: DrafterDesc, B: int, L: int, key: str, per_row_beyond: bool) -> Optional[float]:
+        """A draft_step_times field at (B, L), only for the draft model the profile measured."""
         pts, cfg = [p for p in self.hw.draft_step_times if key in p], self.hw.draft_config
         if not pts or not cfg or drafter.model is None:
             return None

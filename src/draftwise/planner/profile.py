@@ -152,7 +152,7 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
     With `plain_run` > 0 the D = 0 points also get "plain_run_seconds": a step of plain decoding,
     timed as a run of `plain_run` one-token forwards (the cache growing) in the same rounds. One
     token a row amid wider steps costs more than in a run of its own (on the 2-core CPU of
-    BENCHMARKS.md 7–10 % in a profile, 15–30 % inside decoding): plain decoding is the baseline
+    BENCHMARKS.md 7–10 % in a profile, 6–30 % inside decoding): plain decoding is the baseline
     every speedup divides by, and prompt lookup's steps without a proposal pay the other price.
 
     The grid is measured `passes` times, the (B, L) in reverse order every other pass; within a
@@ -235,8 +235,8 @@ def measure_draft_steps(model, batch_sizes: Sequence[int], context_lengths: Sequ
 def _target_after_drafts(trunner, B: int, vocab: int, g, device: str, drafts, verify, repeats: int) -> float:
     """A verification of 5 tokens a row right after four draft tokens, over the same right after
     a target step: the draft model's passage through the caches slows the target too (on the
-    2-core CPU of BENCHMARKS.md 10–25 % at batch 1–8, prices of width 2.4 against prompt lookup's
-    2.0), a cost of drafting with a model that the target's own grid never sees."""
+    2-core CPU of BENCHMARKS.md its runs paid up to 24 % more than prompt lookup's for the same
+    target step at batch 1), a cost of drafting with a model that the target's own grid never sees."""
     step = _width_step(trunner, B, 5, vocab, g, device)
     times: dict[str, list[float]] = {"draft": [], "target": []}
     for _ in range(max(int(repeats), 1)):
