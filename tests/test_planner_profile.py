@@ -91,20 +91,26 @@ def test_plain_decoding_is_timed_in_a_run_of_plain_steps():
                                                                      passes=1, runner=RunRunner(), plain_run=0))
 
 
-class CachedRunner(FakeRunner):
-    """A draft forward costs 2 ms right after a target forward (its weights left the CPU's caches),
-    1 ms after another draft forward; target forwards cost nothing on the clock."""
+class CacheClock(FakeRunner):
+    """Forwards of a target and a draft model on one shared fake clock; `cost(kind, last kind)`
+    says what a forward costs (the CPU's caches remember who ran last)."""
     clock = {"now": 0.0, "last": None}
+    cost = staticmethod(lambda kind, last: 0.0)
 
-    @staticmethod
-    def now():
-        return CachedRunner.clock["now"]
+    @classmethod
+    def now(cls):
+        return CacheClock.clock["now"]
 
     def forward(self, tok, n):
-        c = CachedRunner.clock
-        if self.model.kind == "draft":
-            c["now"] += 0.002 if c["last"] == "target" else 0.001
+        c = CacheClock.clock
+        c["now"] += self.cost(self.model.kind, c["last"])
         c["last"] = self.model.kind
+
+
+class CachedRunner(CacheClock):
+    """A draft forward costs 2 ms right after a target forward (its weights left the CPU's caches),
+    1 ms after another draft forward; target forwards cost nothing on the clock."""
+    cost = staticmethod(lambda kind, last: (0.002 if last == "target" else 0.001) if kind == "draft" else 0.0)
 
 
 def test_a_draft_token_is_timed_as_decoding_pays_it(monkeypatch):
@@ -116,20 +122,10 @@ def test_a_draft_token_is_timed_as_decoding_pays_it(monkeypatch):
     assert abs(after[0]["seconds"] - 0.00125) < 1e-9    # (2 + 1 + 1 + 1) ms over 4 tokens
 
 
-class EvictingRunner(FakeRunner):
+class EvictingRunner(CacheClock):
     """A target forward costs 1 ms, 1.5 ms right after a draft forward (the draft evicted its
     weights); draft forwards cost nothing on the clock."""
-    clock = {"now": 0.0, "last": None}
-
-    @staticmethod
-    def now():
-        return EvictingRunner.clock["now"]
-
-    def forward(self, tok, n):
-        c = EvictingRunner.clock
-        if self.model.kind == "target":
-            c["now"] += 0.0015 if c["last"] == "draft" else 0.001
-        c["last"] = self.model.kind
+    cost = staticmethod(lambda kind, last: (0.0015 if last == "draft" else 0.001) if kind == "target" else 0.0)
 
 
 def test_the_target_after_draft_tokens_is_timed_as_decoding_pays_it(monkeypatch):
