@@ -278,10 +278,9 @@ def _drafter_time(cm: CostModel, d: Optional[DrafterDesc], cost_ratio, B: int, D
     return cm.drafter_time(d, B, D, L)
 
 
-def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain, T_target=None):
+def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain):
     """{drafter: (best D, list of (E, T_total, T_draft) per D)}"""
-    if T_target is None:
-        T_target = [cm.target_time(B, D, L) for D in range(max_draft + 1)]
+    T_target = [cm.target_time(B, D, L) for D in range(max_draft + 1)]
     res = {}
     for n, a in acc.items():
         rows = []
@@ -291,11 +290,11 @@ def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain, T_target=No
             tt = share * T_target[D] + (1 - share) * T_target[0] if D else cm.plain_time(B, L)
             rows.append((a.expected_tokens(D), tt + td, td))
         res[n] = (pick_num_draft_tokens([E / T for E, T, _ in rows], min_gain), rows)
-    return res, T_target
+    return res
 
 
 def _plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, check_memory, min_gain) -> dict:
-    res, _ = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain)
+    res = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain)
     T0 = cm.plain_time(B, L)        # plain decoding, the baseline
     per = {}
     for n, (D, rows) in res.items():
@@ -363,7 +362,7 @@ def _plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, c
 
 
 def _best_D(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain) -> int:
-    res, _ = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain)
+    res = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain)
     best = max(res.values(), key=lambda v: (v[1][v[0]][0] / v[1][v[0]][1], -v[0]))
     return best[0]
 
