@@ -17,7 +17,10 @@
    different cells in each pass; a cell's throughput is the median over passes and its noise the
    spread between them;
 3. per drafter and context, the per-position conditional acceptance of the largest-D run: the
-   planner's acceptance input (the benchmark issue's metric);
+   planner's acceptance input (the benchmark issue's metric); for a drafter whose proposals follow
+   from the row's own tokens (prompt lookup, the draft model), that run's outputs walked at each
+   D give each D's own (`draftwise.planner.trace`; `--no-trace`: every D priced with the largest
+   D's — prompt lookup's small D then came out 10–13 % slow at batch 1);
 4. `draftwise.planner.predict(...)` for every cell (drafter, batch, D, context);
 5. comparison: best D (argmax of throughput, D = 0 included) predicted vs measured, predicted vs
    measured speedup over plain decoding, adaptive D vs the best fixed D; a plot and
@@ -46,7 +49,7 @@ import argparse
 import json
 import statistics
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from typing import Optional
 
@@ -74,65 +77,26 @@ def decode_throughput(records: list[dict]) -> float:
     return tokens / span if span > 0 else float("nan")
 
 
-def proposal_rate(records: list[dict], D: int, max_new_tokens: int) -> float:
-    """Share of a row's steps (with the full D available) in which the drafter proposed anything."""
-    n = proposed = 0
-    for r in records:
-        for o in r["outputs"]:
-            produced = 0
-            for L, k in zip(o["step_lengths"], o["drafted"]):
-                if max_new_tokens - produced - 1 >= D:
-                    n += 1
-                    proposed += k > 0
-                produced += L
-    return proposed / n if n else 1.0
+def traced_acceptance(target, drafter: str, dataset: str, records: list[dict], D: int, args) -> Optional[Acceptance]:
+    """`Acceptance` for every draft length 1 … D from the greedy outputs of one run, each walked at
+    that D; None where the drafter's proposals depend on more than the row's own tokens."""
+    import draftwise as dw
+    from draftwise.bench.datasets import load_dataset
+    from draftwise.planner.trace import acceptance_by_draft_length, trace_request
 
-
-def conditional_acceptance(records: list[dict], D: int, max_new_tokens: int) -> list[float]:
-    """α_k = P(draft k proposed and accepted | drafts < k accepted), over the steps run with the
-    full D available (steps cut short by max_new_tokens are left out). A drafter that proposes
-    fewer than D tokens (an n-gram without a long match) counts as rejected beyond its proposal, so
-    E[τ(D)] = 1 + Σ_k Π_{j≤k} α_j matches what the drafter really delivers."""
-    from draftwise.bench.metrics import rates_from_histogram
-
-    hist = Counter(full_steps(records, D, max_new_tokens))
-    cond, _ = rates_from_histogram(hist)    # the benchmark's own definition: P(L ≥ k+1 | L ≥ k)
-    return [cond.get(k + 1, 0.0) for k in range(1, D + 1)]
-
-
-def full_steps(records: list[dict], D: int, max_new_tokens: int) -> list[int]:
-    """Step lengths L of the steps run with the full D available."""
-    out = []
-    for r in records:
-        for o in r["outputs"]:
-            produced = 0
-            for L in o["step_lengths"]:
-                if max_new_tokens - produced - 1 >= D:
-                    out.append(L)
-                produced += L
-    return out
-
-
-def per_request_acceptance(records: list[dict], D: int, max_new_tokens: int, shrink: bool = True) -> list[list[float]]:
-    """Each request's α_k, for the static batch's spread of finishing times. A request's own
-    estimate rests on a few dozen steps, and the order statistics of noisy estimates put a
-    batch's rows further apart than they are; with `shrink`, each is pulled toward the pooled α_k
-    by the share of its mean step length's variance that is noise (empirical Bayes:
-    w = σ_b² / (σ_b² + s_r²/n_r), σ_b² the spread between requests beyond their noise)."""
-    pooled = conditional_acceptance(records, D, max_new_tokens)
-    own = [conditional_acceptance([r], D, max_new_tokens) for r in records]
-    if not shrink or len(records) < 2:
-        return own
-    steps = [full_steps([r], D, max_new_tokens) for r in records]
-    noise = [statistics.variance(s) / len(s) if len(s) > 1 else float("inf") for s in steps]
-    means = [statistics.fmean(s) if s else 0.0 for s in steps]
-    finite = [v for v in noise if v != float("inf")]
-    between = max(0.0, statistics.variance(means) - (statistics.fmean(finite) if finite else 0.0))
-    out = []
-    for c, v in zip(own, noise):
-        w = between / (between + v) if between > 0 and v != float("inf") else 0.0
-        out.append([w * a + (1 - w) * p for a, p in zip(c, pooled)])
-    return out
+    dr = dw.build_drafter(drafter, target)
+    if not getattr(dr, "from_prefix", False):
+        return None
+    # a throughput set's prompt is fixed by its id: a larger selection holds the sweep's
+    prompts = {r.question_id: r.prompt_token_ids
+               for r in load_dataset(dataset, target.tokenizer, num_requests=3 * max(len(records), args.num_requests))}
+    missing = [r["question_id"] for r in records if prompts.get(r["question_id"]) is None]
+    if missing:
+        raise SystemExit(f"--trace: no prompt token ids for {missing[:3]} in {dataset}; rerun with --no-trace")
+    t0 = time.time()
+    traces = [trace_request(dr, prompts[r["question_id"]], r["outputs"][0]["token_ids"], D) for r in records]
+    print(f"traced {drafter} on {dataset}: {len(traces)} requests in {time.time() - t0:.0f} s", flush=True)
+    return acceptance_by_draft_length(traces, D, args.max_new_tokens, name=drafter, shrink=not args.no_shrink)
 
 
 def step_samples(records: list[dict]) -> dict[tuple[int, int], list[float]]:
@@ -250,6 +214,10 @@ def main() -> None:
                          "(--slice-passes × --profile-repeats rounds) and draft token: OUT/profile_spread.json "
                          "takes each point's median with them (default: on)")
     ap.add_argument("--slice-passes", type=int, default=1)
+    ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=True,
+                    help="acceptance for each D from the largest-D run's outputs walked at that D (drafters "
+                         "whose proposals follow from the row's tokens: prompt lookup, a draft model); "
+                         "--no-trace prices every D with the largest D's α_k")
     ap.add_argument("--no-shrink", action="store_true",
                     help="each request's own acceptance as measured (default: shrunk toward the pooled one by "
                          "the share of its spread that is noise)")
@@ -342,16 +310,14 @@ def main() -> None:
               if len(passes) > 1 else {})
     noise = statistics.median(spread.values()) if spread else None
 
-    # 3. acceptance per drafter and context, from the largest-D run at batch 1
-    # (and the share of steps with any proposal: without one a step costs a plain step)
+    # 3. acceptance per drafter and context, from the largest-D run at batch 1 (and the share of
+    # steps with any proposal: without one a step costs a plain step); with --trace, for every D,
+    # from that run's outputs walked at D (`draftwise.planner.trace`)
     accs = {}
     for ds in datasets:
         runs = {d: groups[(ds, d, Ds[-1], batch_sizes[0])] for d in drafters}
-        accs[ds] = {d: Acceptance(conditional_acceptance(runs[d], Ds[-1], args.max_new_tokens), name=d,
-                                  extrapolate="zero",
-                                  proposal_rate=proposal_rate(runs[d], Ds[-1], args.max_new_tokens),
-                                  per_request=per_request_acceptance(runs[d], Ds[-1], args.max_new_tokens,
-                                                                     shrink=not args.no_shrink))
+        accs[ds] = {d: (traced_acceptance(backend.target, d, ds, runs[d], Ds[-1], args) if args.trace else None)
+                    or Acceptance.from_records(runs[d], Ds[-1], args.max_new_tokens, name=d, shrink=not args.no_shrink)
                     for d in drafters}
 
     def score(hardware, only: Optional[str] = None) -> tuple[list[dict], list[dict]]:

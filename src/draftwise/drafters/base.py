@@ -48,6 +48,10 @@ class Drafter:
     # nothing (it catches up on the next proposal); drafters fed the target's per-step hidden
     # states cannot, they would miss those features
     catches_up: bool = False
+    # under greedy decoding its proposal for a row is a function of that row's tokens alone (no
+    # target features, nothing learned from earlier requests): one run then tells what it proposes
+    # at every position, for every draft length (`planner.trace`)
+    from_prefix: bool = False
 
     def start(self, ctx: DraftContext) -> None:
         """A new batch begins (the target has just processed the prompts)."""

@@ -39,6 +39,7 @@ def perturbed_copy(model, scale: float, seed: int = 0):
 class DraftModelDrafter(Drafter):
     name = "draft-model"
     catches_up = True   # feeds whatever the target committed since its last proposal
+    from_prefix = True
 
     def __init__(self, model, target_vocab: int, lean: bool = True):
         self.runner = ModelRunner(model, lean=lean)

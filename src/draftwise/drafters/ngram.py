@@ -91,6 +91,7 @@ class NgramIndex:
 class NgramDrafter(Drafter):
     name = "ngram"
     catches_up = True
+    from_prefix = True
 
     def __init__(self, max_n: int = 3, min_n: int = 1):
         if not 1 <= min_n <= max_n:

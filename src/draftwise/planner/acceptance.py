@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -42,6 +44,25 @@ class Acceptance:
     # α_1, α_2, … of each request on its own, where a benchmark run gave them: what a static batch
     # needs, whose pace is its slowest row's (`expected_tokens_static`)
     per_request: list[list[float]] = field(default_factory=list)
+    # the same measured at each draft length D (`planner.trace`): where a step starts depends on
+    # D, so one D's α_k describe another D's steps only where acceptance has no memory
+    by_draft_length: dict[int, "Acceptance"] = field(default_factory=dict)
+
+    def at(self, D: int) -> "Acceptance":
+        """The acceptance of steps drafting D tokens: measured at D where `by_draft_length` has
+        it, else this one."""
+        return self.by_draft_length.get(int(D), self)
+
+    @staticmethod
+    def from_records(records: list[dict], D: int, max_new_tokens: int, name: str = "default",
+                     shrink: bool = True, extrapolate: str = "zero") -> "Acceptance":
+        """From benchmark records (`{"outputs": [{"step_lengths": [...], "drafted": [...]}, …]}`,
+        one per request) of a run at draft length D: pooled α_k, the proposal rate and each
+        request's α_k (`per_request_conditional`)."""
+        return Acceptance(conditional_from_records(records, D, max_new_tokens), name=name, extrapolate=extrapolate,
+                          proposal_rate=proposal_rate_from_records(records, D, max_new_tokens),
+                          per_request=per_request_conditional(records, D, max_new_tokens, shrink=shrink),
+                          source=f"{len(records)} requests at D = {D}")
 
     @staticmethod
     def constant(alpha: float, name: str = "constant") -> "Acceptance":
@@ -113,12 +134,17 @@ class Acceptance:
             return self
         if category not in self.categories:
             raise ValueError(f"no category {category!r} for {self.name}; have {sorted(self.categories)}")
+        # per-D measurements are of the whole run, not of one category: left out
         return Acceptance(list(self.categories[category]), name=self.name, extrapolate=self.extrapolate,
                           source=f"{self.source} [{category}]", proposal_rate=self.proposal_rate)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "conditional": self.conditional, "constant_alpha": self.constant_alpha,
-                "categories": self.categories, "source": self.source, "proposal_rate": self.proposal_rate}
+        out = {"name": self.name, "conditional": self.conditional, "constant_alpha": self.constant_alpha,
+               "categories": self.categories, "source": self.source, "proposal_rate": self.proposal_rate}
+        if self.by_draft_length:     # what `load_acceptance` reads back
+            out["by_draft_length"] = {str(D): {"conditional": a.conditional, "proposal_rate": a.proposal_rate}
+                                      for D, a in sorted(self.by_draft_length.items())}
+        return out
 
 
 def verify_share(proposal_rate: float, batch_size: int) -> float:
@@ -126,6 +152,66 @@ def verify_share(proposal_rate: float, batch_size: int) -> float:
     proposing with probability `proposal_rate`: the engine pads the block to its widest row, so
     one row with a proposal makes every row pay for it."""
     return 1.0 - (1.0 - min(max(proposal_rate, 0.0), 1.0)) ** batch_size
+
+
+def full_steps(records: list[dict], D: int, max_new_tokens: int) -> list[int]:
+    """Step lengths L of the steps run with the full D available (the last steps of a request,
+    capped by max_new_tokens, are left out)."""
+    out = []
+    for r in records:
+        for o in r["outputs"]:
+            produced = 0
+            for L in o["step_lengths"]:
+                if max_new_tokens - produced - 1 >= D:
+                    out.append(L)
+                produced += L
+    return out
+
+
+def conditional_from_records(records: list[dict], D: int, max_new_tokens: int) -> list[float]:
+    """α_k = P(draft k proposed and accepted | drafts < k accepted), over the steps run with the
+    full D available. A drafter that proposes fewer than D tokens (an n-gram without a long match)
+    counts as rejected beyond its proposal, so E[τ(D)] = 1 + Σ_k Π_{j≤k} α_j is what it delivers."""
+    from ..bench.metrics import rates_from_histogram
+
+    cond, _ = rates_from_histogram(Counter(full_steps(records, D, max_new_tokens)))  # P(L ≥ k+1 | L ≥ k)
+    return [cond.get(k + 1, 0.0) for k in range(1, D + 1)]
+
+
+def proposal_rate_from_records(records: list[dict], D: int, max_new_tokens: int) -> float:
+    """Share of a row's steps (with the full D available) in which the drafter proposed anything."""
+    n = proposed = 0
+    for r in records:
+        for o in r["outputs"]:
+            produced = 0
+            for L, k in zip(o["step_lengths"], o["drafted"]):
+                if max_new_tokens - produced - 1 >= D:
+                    n += 1
+                    proposed += k > 0
+                produced += L
+    return proposed / n if n else 1.0
+
+
+def per_request_conditional(records: list[dict], D: int, max_new_tokens: int, shrink: bool = True) -> list[list[float]]:
+    """Each request's α_k, for a static batch's spread of finishing times. A request's own
+    estimate rests on a few dozen steps, and the order statistics of noisy estimates put a
+    batch's rows further apart than they are; with `shrink`, each is pulled toward the pooled α_k
+    by the share of its mean step length's variance that is noise (empirical Bayes:
+    w = σ_b² / (σ_b² + s_r²/n_r), σ_b² the spread between requests beyond their noise)."""
+    pooled = conditional_from_records(records, D, max_new_tokens)
+    own = [conditional_from_records([r], D, max_new_tokens) for r in records]
+    if not shrink or len(records) < 2:
+        return own
+    steps = [full_steps([r], D, max_new_tokens) for r in records]
+    noise = [statistics.variance(s) / len(s) if len(s) > 1 else float("inf") for s in steps]
+    means = [statistics.fmean(s) if s else 0.0 for s in steps]
+    finite = [v for v in noise if v != float("inf")]
+    between = max(0.0, statistics.variance(means) - (statistics.fmean(finite) if finite else 0.0))
+    out = []
+    for c, v in zip(own, noise):
+        w = between / (between + v) if between > 0 and v != float("inf") else 0.0
+        out.append([w * a + (1 - w) * p for a, p in zip(c, pooled)])
+    return out
 
 
 def leviathan_expected_tokens(alpha: float, D: int) -> float:
@@ -218,8 +304,11 @@ def load_acceptance(source: Any, *, category: Optional[str] = None) -> dict[str,
                     for c, v in (node.get("categories") or {}).items()}
             cond = node["conditional"]
             cond = _cond_from_specbench(cond) if isinstance(cond, dict) else [float(x) for x in cond]
+            per_d = {int(D): Acceptance([float(x) for x in v["conditional"]], name=name, source=src,
+                                        extrapolate="zero", proposal_rate=float(v.get("proposal_rate", 1.0)))
+                     for D, v in (node.get("by_draft_length") or {}).items()}
             found[name] = Acceptance(cond, name=name, categories=cats, source=src,
-                                     proposal_rate=float(node.get("proposal_rate", 1.0)))
+                                     proposal_rate=float(node.get("proposal_rate", 1.0)), by_draft_length=per_d)
         if "Conditional_Acceptance_Rate" in node:                   # specdec_bench format
             name = _drafter_name(path)
             cond = _cond_from_specbench(node["Conditional_Acceptance_Rate"])
@@ -232,7 +321,7 @@ def load_acceptance(source: Any, *, category: Optional[str] = None) -> dict[str,
                     cats[c] = _match_al(cond, float(al))
             found.setdefault(name, Acceptance(cond, name=name, categories=cats, source=src))
         for k, v in node.items():
-            if isinstance(v, dict) and k not in ("conditional", "categories", "Conditional_Acceptance_Rate",
+            if isinstance(v, dict) and k not in ("conditional", "categories", "by_draft_length", "Conditional_Acceptance_Rate",
                                                  "Category_AL", "Category_Conditional_Acceptance_Rate"):
                 walk(v, path + [str(k)])
 

@@ -256,15 +256,17 @@ def predict(target: Any, hardware: Any = None, *, acceptance: Any = None, alpha:
             for B in _as_list(batch_sizes):
                 plain = cm.plain_time(B, L)
                 for D in _as_list(draft_tokens):
+                    aD = a.at(D)     # the steps D takes (`Acceptance.by_draft_length`)
+
                     def target(b: int) -> float:    # a step of b rows (no proposal in any: one token a row)
-                        share = a.verify_share(b)
+                        share = aD.verify_share(b)
                         return share * cm.target_time(b, D, L) + (1 - share) * cm.target_time(b, 0, L) if D \
                             else cm.plain_time(b, L)
                     tt, td = target(B), _drafter_time(cm, d, cost_ratio, B, D, L)
-                    E = a.expected_tokens(D)
+                    E = aD.expected_tokens(D)
                     if batching == "static":        # the same tokens over the batch's shrinking steps
                         E *= (tt + td) / sum(w * (target(B - k) + _drafter_time(cm, d, cost_ratio, B - k, D, L))
-                                             for k, w in enumerate(a.static_shares(D, B)) if w)
+                                             for k, w in enumerate(aD.static_shares(D, B)) if w)
                     out.append({"drafter": n, "batch_size": B, "num_draft_tokens": D, "context_length": L,
                                 "target_time_s": tt, "draft_time_s": td, "step_time_s": tt + td,
                                 "expected_tokens_per_step": E, "throughput_tok_s": B * E / (tt + td),
@@ -284,11 +286,12 @@ def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain):
     res = {}
     for n, a in acc.items():
         rows = []
-        share = a.verify_share(B)   # steps where no row has a proposal cost one token a row
         for D in range(max_draft + 1):
+            aD = a.at(D)             # the steps D takes (`Acceptance.by_draft_length`)
+            share = aD.verify_share(B)   # steps where no row has a proposal cost one token a row
             td = _drafter_time(cm, ddesc[n], cost_ratio, B, D, L)
             tt = share * T_target[D] + (1 - share) * T_target[0] if D else cm.plain_time(B, L)
-            rows.append((a.expected_tokens(D), tt + td, td))
+            rows.append((aD.expected_tokens(D), tt + td, td))
         res[n] = (pick_num_draft_tokens([E / T for E, T, _ in rows], min_gain), rows)
     return res
 
