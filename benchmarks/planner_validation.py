@@ -241,7 +241,7 @@ def main() -> None:
     import draftwise as dw
     from draftwise.bench.runner import ADAPTIVE, BASELINE, BenchConfig, EngineBackend, read_results, run_bench
     from draftwise.planner import pick_num_draft_tokens, predict
-    from draftwise.planner.acceptance import Acceptance
+    from draftwise.planner.acceptance import Acceptance, full_steps
     from draftwise.planner.profile import measure_draft_steps, measure_steps, profile, save_profile
 
     if args.threads:
@@ -319,6 +319,15 @@ def main() -> None:
         accs[ds] = {d: (traced_acceptance(backend.target, d, ds, runs[d], Ds[-1], args) if args.trace else None)
                     or Acceptance.from_records(runs[d], Ds[-1], args.max_new_tokens, name=d, shrink=not args.no_shrink)
                     for d in drafters}
+
+    # tokens per step at batch 1, each D's run against the acceptance the planner priced it with
+    # (with --trace, each D's own; the largest D's α_k alongside, what the planner used before)
+    per_step = {ds: {d: {str(D): {"measured": round(statistics.fmean(steps), 4),
+                                  "priced": round(accs[ds][d].at(D).expected_tokens(D), 4),
+                                  "largest_D_alpha": round(accs[ds][d].expected_tokens(D), 4)}
+                         for D in Ds for steps in [full_steps(groups[(ds, d, D, batch_sizes[0])], D, args.max_new_tokens)]
+                         if steps}
+                     for d in drafters} for ds in datasets}
 
     def score(hardware, only: Optional[str] = None) -> tuple[list[dict], list[dict]]:
         """4.–5. the planner's prediction for every cell (of drafter `only`) from `hardware`, against
@@ -409,6 +418,7 @@ def main() -> None:
         "adaptive_cross_pass_median": statistics.median(a["cross_pass"] for a in adaptive_rows if "cross_pass" in a)
         if len(passes) > 1 else None,
         "step_prices_from": variants,
+        "tokens_per_step_batch1": per_step,
         "tolerance": args.tolerance, "batching": args.batching, "cell_results": cells, "adaptive": adaptive_rows,
         "command": "python benchmarks/planner_validation.py " + " ".join(
             f"--drafter {d}" for d in drafters) + f" --target {args.target} --repeats {args.repeats} --out {args.out}"
@@ -482,6 +492,16 @@ def render_markdown(s: dict, batch_sizes: list[int]) -> str:
                 L += ["", f"Predicted best D with step prices from {names[k].split(' (')[0]}: " + ", ".join(
                     f"{cell} D={d}" for cell, d in v[k]["best_D_predicted"].items()) + "."]
         L += ["", render_prices(v["in_sweep"]["step_prices"]), ""]
+    if s.get("tokens_per_step_batch1"):
+        L += ["Tokens per step at batch 1, measured / priced / with the largest D's α_k for every D:", "",
+              "| context | drafter | " + " | ".join(f"D={D}" for D in next(iter(next(iter(
+                  s["tokens_per_step_batch1"].values())).values()))) + " |"]
+        L.append("|---|---|" + "---|" * len(next(iter(next(iter(s["tokens_per_step_batch1"].values())).values()))))
+        for ds, by_d in s["tokens_per_step_batch1"].items():
+            for d, row in by_d.items():
+                L.append(f"| {ds} | {d} | " + " | ".join(
+                    f"{r['measured']:.2f} / {r['priced']:.2f} / {r['largest_D_alpha']:.2f}" for r in row.values()) + " |")
+        L.append("")
     return "\n".join(L)
 
 

@@ -79,3 +79,17 @@ def test_walk_caps_by_draft_length_and_tokens_left():
 def test_a_drafter_that_depends_on_more_than_the_row_is_refused(models):
     with pytest.raises(ValueError, match="measure each D"):
         trace_request(draftwise.build_drafter("suffix", draftwise.load_target(models[0])), [1, 2, 3], [4, 5], 4)
+
+
+def test_a_bench_sweep_over_d_prices_each_d_with_its_own_run(tmp_path):
+    rates = {1: {"1": 1.0, "2": 0.5}, 2: {"1": 1.0, "2": 0.45, "3": 0.7}, 4: {"1": 1.0, "2": 0.3, "3": 0.6, "4": 0.8, "5": 0.8}}
+    sb = {"throughput-256": {"none": {"D=0": {"bs=1": {"Conditional_Acceptance_Rate": {"1": 1.0}}}},
+                             "ngram": {f"D={D}": {"bs=1": {"Conditional_Acceptance_Rate": r},
+                                                  "bs=4": {"Conditional_Acceptance_Rate": {"1": 1.0, "2": 0.1}}}
+                                       for D, r in rates.items()}},
+          "throughput-1k": {"ngram": {"D=1": {"bs=1": {"Conditional_Acceptance_Rate": {"1": 1.0, "2": 0.9}}}}}}
+    (tmp_path / "specbench_results.json").write_text(__import__("json").dumps(sb))
+    acc = load_acceptance(tmp_path)["ngram"]
+    assert acc.conditional == [0.3, 0.6, 0.8, 0.8]                   # the largest D's
+    assert {D: a.conditional for D, a in acc.by_draft_length.items()} == {1: [0.5], 2: [0.45, 0.7], 4: [0.3, 0.6, 0.8, 0.8]}
+    assert acc.at(3) is acc and acc.at(2).expected_tokens(2) == pytest.approx(1 + 0.45 + 0.45 * 0.7)

@@ -7,20 +7,25 @@ E[τ](D) = 1 + Σ_{k≤D} Π_{i≤k} α_i; drafting token D + 1 gains exactly a_
 Sources:
 - a constant α (`Acceptance.constant(0.8)`),
 - a plain JSON `{"drafter": {"conditional": [α_1, α_2, …]}, …}` (optionally
-  `"categories": {"code": [α_1, …], …}` per drafter),
+  `"categories": {"code": [α_1, …], …}` per drafter, and `"by_draft_length": {"D": {"conditional":
+  […], "proposal_rate": r}}`, what `Acceptance.to_dict` writes),
 - a benchmark run: a directory holding `specbench_results.json` (or that file) with specdec_bench's
   keys: `Conditional_Acceptance_Rate` {k: P(L ≥ k | L ≥ k − 1)} where k = 1 is 1.0 and key k is draft
   position k − 1, optionally per category, and `Category_AL` {category: mean acceptance length}.
   Results may be keyed by drafter at any depth; each `Conditional_Acceptance_Rate` found is used
-  with the nearest enclosing key that names a drafter (or "default").
+  with the nearest enclosing key that names a drafter (or "default"). A sweep over D (keys "D=<d>",
+  as `draftwise bench` nests them) gives each D its own α_k, measured on the steps that D took
+  (`Acceptance.by_draft_length`; `planner.trace` derives the same from one greedy run).
 
 Beyond the last measured position α is extrapolated as the mean of the last two measured values
 (conditional acceptance typically levels off), unless `extrapolate="zero"`.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -255,6 +260,9 @@ def _match_al(cond: list[float], al: float) -> list[float]:
     return [min(1.0, s * a) for a in cond]
 
 
+_DRAFT_KEY = re.compile(r"^D=(\d+)$")     # a bench report's per-draft-length key
+
+
 def _drafter_name(path: list[str]) -> str:
     for key in reversed(path):
         k = key.lower().replace("-", "_")
@@ -294,6 +302,8 @@ def load_acceptance(source: Any, *, category: Optional[str] = None) -> dict[str,
         data, src = json.loads(p.read_text()), str(p)
 
     found: dict[str, Acceptance] = {}
+    per_d: dict[str, dict[int, Acceptance]] = {}
+    per_d_from: dict[str, tuple] = {}
 
     def walk(node: Any, path: list[str]) -> None:
         if not isinstance(node, dict):
@@ -304,11 +314,11 @@ def load_acceptance(source: Any, *, category: Optional[str] = None) -> dict[str,
                     for c, v in (node.get("categories") or {}).items()}
             cond = node["conditional"]
             cond = _cond_from_specbench(cond) if isinstance(cond, dict) else [float(x) for x in cond]
-            per_d = {int(D): Acceptance([float(x) for x in v["conditional"]], name=name, source=src,
-                                        extrapolate="zero", proposal_rate=float(v.get("proposal_rate", 1.0)))
-                     for D, v in (node.get("by_draft_length") or {}).items()}
+            own = {int(D): Acceptance([float(x) for x in v["conditional"]], name=name, source=src,
+                                      extrapolate="zero", proposal_rate=float(v.get("proposal_rate", 1.0)))
+                   for D, v in (node.get("by_draft_length") or {}).items()}
             found[name] = Acceptance(cond, name=name, categories=cats, source=src,
-                                     proposal_rate=float(node.get("proposal_rate", 1.0)), by_draft_length=per_d)
+                                     proposal_rate=float(node.get("proposal_rate", 1.0)), by_draft_length=own)
         if "Conditional_Acceptance_Rate" in node:                   # specdec_bench format
             name = _drafter_name(path)
             cond = _cond_from_specbench(node["Conditional_Acceptance_Rate"])
@@ -320,12 +330,23 @@ def load_acceptance(source: Any, *, category: Optional[str] = None) -> dict[str,
                 if c not in cats and isinstance(al, (int, float)) and cond:
                     cats[c] = _match_al(cond, float(al))
             found.setdefault(name, Acceptance(cond, name=name, categories=cats, source=src))
+            # a bench sweep over D ({dataset: {drafter: {"D=d": {"bs=b": …}}}}): each D's own
+            # α_k (the steps that D took), from the first dataset and batch size of this drafter
+            at = next((i for i, k in enumerate(path) if _DRAFT_KEY.match(k)), None)
+            if at is not None:
+                D = int(_DRAFT_KEY.match(path[at]).group(1))
+                where = per_d_from.setdefault(name, tuple(path[:at]))
+                if D > 0 and where == tuple(path[:at]) and D not in per_d.setdefault(name, {}):
+                    per_d[name][D] = Acceptance(cond, name=name, categories=cats, source=f"{src} [{'/'.join(path)}]")
         for k, v in node.items():
             if isinstance(v, dict) and k not in ("conditional", "categories", "by_draft_length", "Conditional_Acceptance_Rate",
                                                  "Category_AL", "Category_Conditional_Acceptance_Rate"):
                 walk(v, path + [str(k)])
 
     walk(data, [])
+    for name, runs in per_d.items():
+        if runs:     # priced at each D by that D's run; beyond the largest, by the largest's α_k
+            found[name] = dataclasses.replace(runs[max(runs)], by_draft_length=runs)
     if not found:
         raise ValueError(f"no conditional acceptance found in {src} (expected specdec_bench's "
                          f"Conditional_Acceptance_Rate or {{drafter: {{conditional: [...]}}}})")
