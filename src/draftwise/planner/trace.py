@@ -5,7 +5,7 @@ takes other steps: prompt lookup accepts long runs where the text repeats itself
 repeated passage is swallowed by a few long steps and the steps start mostly where the text is
 new, while at D = 2 several steps start inside each repeated passage, and their first drafts are
 accepted far more often. Priced with the α_k of D = 8, D = 1–3 at batch 1 came out 10–13 % slower
-than measured (BENCHMARKS §5.0, session 18).
+than measured in session 18; traced, they match to two decimals (BENCHMARKS §5.0, session 19).
 
 Under greedy decoding the output is the same at every D (lossless), and a drafter whose proposal
 is a function of the row's own tokens (`Drafter.from_prefix`: prompt lookup, a draft model
@@ -21,6 +21,7 @@ from typing import Sequence
 
 import torch
 
+from ..drafters.base import DraftContext
 from ..types import SamplingParams
 from .acceptance import Acceptance
 
@@ -39,8 +40,6 @@ def trace_request(drafter, prompt: Sequence[int], output: Sequence[int], max_dra
     out = [int(x) for x in output]
     if not prompt:
         raise ValueError("trace_request needs a non-empty prompt")
-    from ..drafters.base import DraftContext
-
     ctx = DraftContext(sequences=[[int(x) for x in prompt]], params=SamplingParams(), generator=None)
     drafter.start(ctx)
     trace: Trace = []
