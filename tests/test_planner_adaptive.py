@@ -1082,3 +1082,41 @@ def test_a_dip_timed_again_and_again_is_a_cheap_width():
     sched.learn = False       # the raw confidences as they are (no calibration)
     prop = Proposal(tokens=torch.zeros(1, 8, dtype=torch.long), num_tokens=torch.tensor([8]), confidence=conf)
     assert sched(prop).tolist() == [4]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_step_nobody_proposed_in_is_learned_as_the_general_path_learns_it(data):
+    """A step where no row proposed (prompt lookup without a match, 4 steps in 10 at batch 1) is
+    observed on a short path (`_observe_unproposed`); every count it leaves, and every decision
+    after it, must be those of the general path."""
+    B, D = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 8))
+    seed = data.draw(st.integers(0, 10 ** 6))
+    steps = data.draw(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=40))
+    rows = list(range(B)) if data.draw(st.booleans()) else None
+
+    def run(fast: bool):
+        sched = AdaptiveDraftLength(lambda n: 1.0 / (0.01 * (1.0 + 0.05 * n)), probe_every=4)
+        sched.FAST_UNPROPOSED = fast
+        rng, caps = np.random.default_rng(seed), []
+        for i, (empty, some_offered) in enumerate(steps):
+            remaining = [int(x) for x in rng.integers(1, 48, B)]
+            cap = sched.draft_cap(B, D, remaining=remaining, rows=rows)
+            caps.append(cap)
+            if cap == 0:
+                sched.observe([0] * B, [0] * B, target_seconds=0.01)
+                continue
+            made = torch.zeros(B, dtype=torch.long) if empty else torch.from_numpy(rng.integers(0, cap + 1, B))
+            k = torch.minimum(made, sched(Proposal(tokens=torch.zeros(B, cap, dtype=torch.long), num_tokens=made,
+                                                   confidence=torch.from_numpy(rng.random((B, cap))).float())))
+            acc = torch.from_numpy(rng.integers(0, cap + 1, B)).clamp(max=k)
+            offered = [cap if some_offered or r else 0 for r in range(B)]
+            sched.observe(k.tolist(), acc.tolist(), 1e-4, cap, offered=offered,
+                          target_seconds=0.01 * (1 + float(rng.random())))
+        return sched, caps
+
+    (fast, a), (slow, b) = run(True), run(False)
+    assert a == b
+    for name in ("_pos_n", "_pos_acc", "_lag_n", "_lag_acc", "_bin_n", "_bin_acc", "_rows", "_observed", "_row_fit"):
+        assert getattr(fast, name) == getattr(slow, name), name
+    assert fast.draft_cap(B, D, rows=rows) == slow.draft_cap(B, D, rows=rows)

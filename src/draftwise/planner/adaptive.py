@@ -340,6 +340,7 @@ class AdaptiveDraftLength:
     SHAPE_FORGET = 0.999   # the same for a wide step's price against the speed of its moment (~1000)
     SHAPE_PRIOR = 0.5      # wide steps the curve's price of width is worth (`_slope`)
     SMALL = 64      # (row, position) pairs up to which the per-step schedule runs on plain lists
+    FAST_UNPROPOSED = True    # `_observe_unproposed` for steps nobody proposed in (False: the general path)
 
     def __init__(self, sps_curve: Optional[SPSLike] = None, alpha: float = 0.7, max_tokens: Optional[int] = None,
                  *, sps_for_batch: Optional[Callable[[int], SPSLike]] = None, learn: bool = True,
@@ -1034,6 +1035,9 @@ class AdaptiveDraftLength:
         cal, self._cal = self._cal, None
         if raw is None:
             return
+        if made is not None and self.FAST_UNPROPOSED and not any(made):
+            self._observe_unproposed(offered)
+            return
         acc = accepted if isinstance(accepted, list) else accepted.tolist()
         off = None if offered is None or made is None else offered if isinstance(offered, list) else offered.tolist()
         lagging = self._behind()
@@ -1116,6 +1120,30 @@ class AdaptiveDraftLength:
                 reach *= both
                 if reach <= 0.0:
                     break
+
+    def _observe_unproposed(self, offered) -> None:
+        """`observe` of a step in which no row proposed anything (prompt lookup without a match:
+        4 steps in 10 at batch 1): what the general path counts then, without its per-row
+        machinery — every row offered a draft is one rejection at the first position. The general
+        path took ~45 µs a step on caches cold from the forward, 0.8 % of a 6 ms plain step."""
+        self._observed += 1
+        if self._observed < 32 or self._observed % 8 == 0:
+            self._best.clear()
+        if offered is None:
+            return
+        off = offered if isinstance(offered, list) else offered.tolist()
+        lagging = self._behind()
+        if lagging is not None and len(lagging) != len(off):
+            lagging = None
+        n = lag = 0
+        for r, o in enumerate(off):
+            if o > 0:
+                n += 1
+                lag += lagging is None or lagging[r]
+        if n:
+            self._rows[0] += n
+            self._pos_n[0] += n
+            self._lag_n[0] += lag
 
     ROW_PRIOR = 8.0     # accepted drafts expected of a row that its factor's prior (1) is worth
 
@@ -1212,10 +1240,10 @@ class AdaptiveDraftLength:
         proposed = self._proposed = num.tolist()
         B, D = proposal.tokens.shape[0], proposal.tokens.shape[-1]
         if D == 0 or max(proposed, default=0) == 0:
-            self._raw = np.zeros((B, 0))       # nothing proposed: nothing to calibrate or decide
+            self._raw = [()] * B     # nothing proposed: nothing to calibrate or decide (`_observe_unproposed`)
             if self._full:
                 self._note_shape([])
-            return torch.zeros_like(num, dtype=torch.long)
+            return num if num.dtype == torch.long else num.long()     # all zero
         conf = self.confidence(proposal)
         small = self.padded and B * D <= self.SMALL and not (self.learn and self._probing)
         if small:
