@@ -89,7 +89,112 @@ def test_a_bench_sweep_over_d_prices_each_d_with_its_own_run(tmp_path):
                                        for D, r in rates.items()}},
           "throughput-1k": {"ngram": {"D=1": {"bs=1": {"Conditional_Acceptance_Rate": {"1": 1.0, "2": 0.9}}}}}}
     (tmp_path / "specbench_results.json").write_text(__import__("json").dumps(sb))
+    assert set(load_acceptance(tmp_path)) == {"ngram"}      # the baseline ("none", D = 0) is no drafter
     acc = load_acceptance(tmp_path)["ngram"]
     assert acc.conditional == [0.3, 0.6, 0.8, 0.8]                   # the largest D's
     assert {D: a.conditional for D, a in acc.by_draft_length.items()} == {1: [0.5], 2: [0.45, 0.7], 4: [0.3, 0.6, 0.8, 0.8]}
     assert acc.at(3) is acc and acc.at(2).expected_tokens(2) == pytest.approx(1 + 0.45 + 0.45 * 0.7)
+
+
+@pytest.fixture(scope="module")
+def greedy_run(tmp_path_factory):
+    """A greedy `draftwise bench` run on a tiny target: prompt lookup and a draft model at D = 2
+    and 4, multi-turn conversations, run-time D alongside."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from draftwise.bench._testing import make_tiny_target
+    from draftwise.cli import main
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("traced_run")
+    target = make_tiny_target(root / "target")
+    draft = root / "draft"       # the target, perturbed: it agrees with the target often, not always
+    shutil.copytree(target, draft)
+    weights = load_file(draft / "model.safetensors")
+    gen = torch.Generator().manual_seed(3)
+    save_file({k: v + 0.03 * torch.randn(v.shape, generator=gen) for k, v in weights.items()},
+              draft / "model.safetensors", metadata={"format": "pt"})
+    out = root / "run"
+    convs = [{"question_id": "q1", "category": "writing", "turns": ["Tell a story about a cat.", "Now about a dog."]},
+             {"question_id": "q2", "category": "math", "turns": ["What is two plus two? Two plus two is"]},
+             {"question_id": "q3", "category": "coding", "turns": ["def add(a, b):", "Now subtract.", "And multiply."]}]
+    data = root / "question.jsonl"
+    data.write_text("".join(__import__("json").dumps(c) + "\n" for c in convs))
+    assert main(["bench", "--target", str(target), "--drafter", "ngram", "--drafter", f"draft-model:{draft}",
+                 "-D", "2", "-D", "4", "--batch-sizes", "1", "--dataset", str(data),
+                 "--max-new-tokens", "14", "--ignore-eos", "--out", str(out), "--no-progress", "--no-plots",
+                 "--adaptive"]) == 0
+    return out, target, draft
+
+
+def test_a_greedy_bench_run_keeps_each_prompt_once_and_its_outputs_trace_to_its_steps(greedy_run):
+    """The bench keeps every prompt a greedy turn was given (prompts.jsonl, by hash); traced from
+    them, each drafter's outputs walked at D are exactly the steps the run took at D — later turns,
+    whose prompts hold the earlier replies, included."""
+    from draftwise.bench.runner import read_prompts, read_results
+
+    out, target, draft = greedy_run
+    prompts = read_prompts(out)
+    recs = read_results(out)
+    shas = [o["prompt_sha"] for r in recs for o in r["outputs"]]
+    assert set(shas) == set(prompts) and len(prompts) < len(shas)       # each distinct prompt once
+    assert any(len(r["outputs"]) > 1 for r in recs)
+    tgt = draftwise.load_target(str(target))
+    for spec in ("ngram", f"draft-model:{draft}"):
+        dr = draftwise.build_drafter(spec, tgt)
+        for r in (r for r in recs if r["drafter"] == spec):
+            for o in r["outputs"]:
+                steps = walk(trace_request(dr, prompts[o["prompt_sha"]], o["token_ids"], 8), r["D"], 14)
+                assert steps == (o["step_lengths"], o["drafted"]), (spec, r["D"], r["question_id"])
+
+
+def test_plan_prices_every_d_from_a_greedy_run(greedy_run):
+    """`draftwise plan --acceptance RUN` traces the run's prefix drafters up to --max-draft: every D
+    priced by the steps it takes, D = 2 and 4 as measured, D = 6 though the run never drafted 6;
+    --no-trace keeps the measured D = 2 and 4 only. The run-time D runs and the baseline are not
+    drafters to plan with."""
+    from draftwise.bench.runner import read_results
+    from draftwise.planner import plan
+    from draftwise.planner.trace import acceptance_from_run
+
+    out, target, draft = greedy_run
+    traced = acceptance_from_run(out, 6)
+    assert set(traced) == {"ngram", f"draft-model:{draft}"}
+    recs = read_results(out)
+    for spec, acc in traced.items():
+        assert sorted(acc.by_draft_length) == [1, 2, 3, 4, 5, 6]
+        for D in (2, 4):
+            own = [r for r in recs if r["drafter"] == spec and r["D"] == D]
+            measured = Acceptance.from_records(own, D, 14)
+            assert acc.at(D).conditional == pytest.approx(measured.conditional)
+            assert acc.at(D).proposal_rate == pytest.approx(measured.proposal_rate)
+    res = plan(str(target), "cpu", acceptance=str(out), max_draft=6, batch_sizes=[1], context_lengths=[128])
+    assert set(res["drafters"]) == {"ngram", f"draft-model:{draft}"}
+    for d in res["drafters"].values():
+        assert d["acceptance"]["source"].startswith("traced") and len(d["acceptance"]["by_draft_length"]) == 6
+    res = plan(str(target), "cpu", acceptance=str(out), max_draft=6, batch_sizes=[1], context_lengths=[128], trace=False)
+    for d in res["drafters"].values():
+        assert sorted(d["acceptance"]["by_draft_length"]) == ["2", "4"]
+
+
+def test_a_run_that_cannot_be_traced_says_why(greedy_run, tmp_path):
+    import json
+    import shutil
+
+    from draftwise.planner.trace import acceptance_from_run
+
+    out, _, draft = greedy_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    (copy / "prompts.jsonl").unlink()
+    with pytest.raises(ValueError, match="no prompt token ids"):
+        acceptance_from_run(copy, 4)
+    conf = json.loads((copy / "configuration.json").read_text())
+    conf["settings"]["temperature"] = 0.7
+    (copy / "configuration.json").write_text(json.dumps(conf))
+    with pytest.raises(ValueError, match="sampled"):
+        acceptance_from_run(copy, 4)
+    with pytest.raises(FileNotFoundError, match="not a `draftwise bench` run"):
+        acceptance_from_run(tmp_path, 4)

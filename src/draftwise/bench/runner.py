@@ -7,6 +7,9 @@ Run directory layout (``--out DIR``):
 * ``results.jsonl`` – one line per finished (configuration, request), appended with flush + fsync as
   soon as its batch finishes. Rerunning into the same DIR reads it and skips finished work (a torn
   last line from a kill is dropped); only the batch in flight when a run died is redone.
+* ``prompts.jsonl`` – greedy runs only: each distinct prompt's token ids once, keyed by the
+  ``prompt_sha`` its turn records carry. With them one run's greedy outputs price every draft
+  length for prompt lookup and draft models (`draftwise.planner.trace.acceptance_from_run`).
 * the reports written from ``results.jsonl`` by :mod:`draftwise.bench.report`.
 
 A *configuration* is (dataset, drafter, D, batch size); the plain baseline is ``drafter = "none"``,
@@ -31,6 +34,7 @@ from typing import Any, Callable, Optional, Sequence
 from draftwise.bench.datasets import Request, first_messages, load_dataset, render_conversation
 
 RESULTS_FILE = "results.jsonl"
+PROMPTS_FILE = "prompts.jsonl"
 CONFIG_FILE = "configuration.json"
 BASELINE = "none"
 ADAPTIVE = "+adaptive"   # drafter label suffix: run-time D up to the largest -D (DSpark prefix scheduler)
@@ -306,6 +310,45 @@ class ResultWriter:
         self.f.close()
 
 
+def prompt_sha(token_ids: Sequence[int]) -> str:
+    return hashlib.sha256(json.dumps([int(t) for t in token_ids]).encode()).hexdigest()[:20]
+
+
+def read_prompts(out: str | Path) -> dict[str, list[int]]:
+    """{prompt_sha: token ids} of a run's ``prompts.jsonl`` (a torn last line is ignored)."""
+    path = Path(out) / PROMPTS_FILE
+    found: dict[str, list[int]] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            found[d["sha"]] = d["token_ids"]
+    return found
+
+
+class PromptStore:
+    """Each distinct prompt once: a sweep over D and batch sizes sends the same prompts again and
+    again, and a 1k-token prompt written into every record would make ``results.jsonl`` mostly
+    prompts."""
+
+    def __init__(self, out: str | Path):
+        self.seen = set(read_prompts(out))
+        self.path = Path(out) / PROMPTS_FILE
+        if self.path.is_file() and not self.path.read_bytes().endswith(b"\n") and self.path.stat().st_size:
+            with self.path.open("ab") as f:      # a line torn by a kill: the next starts afresh
+                f.write(b"\n")
+
+    def __call__(self, token_ids: Sequence[int]) -> str:
+        sha = prompt_sha(token_ids)
+        if sha not in self.seen:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"sha": sha, "token_ids": [int(t) for t in token_ids]}) + "\n")
+            self.seen.add(sha)
+        return sha
+
+
 # --------------------------------------------------------------------------------------- sweep
 
 def _turns_for_record(req: Request) -> list[str]:
@@ -315,8 +358,9 @@ def _turns_for_record(req: Request) -> list[str]:
 
 
 def run_batch(backend, reqs: Sequence[Request], drafter: str, D: int, cfg: BenchConfig,
-              seed: Optional[int]) -> list[list[dict[str, Any]]]:
-    """Generate every turn of a batch of conversations; returns per request the list of turn records."""
+              seed: Optional[int], keep_prompt: Optional[Callable[[list[int]], str]] = None) -> list[list[dict[str, Any]]]:
+    """Generate every turn of a batch of conversations; returns per request the list of turn records
+    (with `keep_prompt`, e.g. a `PromptStore`, each turn's ``prompt_sha``)."""
     replies: list[list[str]] = [[] for _ in reqs]
     turns_out: list[list[dict[str, Any]]] = [[] for _ in reqs]
     n_turns = max(len(r.turns) for r in reqs)
@@ -339,6 +383,7 @@ def run_batch(backend, reqs: Sequence[Request], drafter: str, D: int, cfg: Bench
             replies[i].append(o["text"])
             turns_out[i].append({
                 "prompt_tokens": len(p),
+                **({"prompt_sha": keep_prompt(p)} if keep_prompt is not None else {}),
                 "token_ids": o["token_ids"],
                 "text": o["text"],
                 "step_lengths": o["accept_lengths"],
@@ -404,6 +449,7 @@ def run_bench(cfg: BenchConfig, backend=None, log: Callable[[str], None] = print
                     raise ValueError(f"{ds}: prompts of {len(r.prompt_token_ids)} tokens + max_new_tokens "
                                      f"{cfg.max_new_tokens} exceed the target's {max_pos} positions")
     writer = ResultWriter(cfg.out)
+    keep_prompt = PromptStore(cfg.out) if cfg.temperature == 0 else None
     bar = None
     if cfg.progress and total:
         from tqdm.auto import tqdm
@@ -411,7 +457,7 @@ def run_bench(cfg: BenchConfig, backend=None, log: Callable[[str], None] = print
         bar = tqdm(total=total, desc="bench", unit="req", dynamic_ncols=True)
     def run_one(ds, dr, D, bs, key, b, batch):
         seed = cfg.seed + b if cfg.seed is not None else None
-        results = run_batch(backend, batch, dr, D, cfg, seed)
+        results = run_batch(backend, batch, dr, D, cfg, seed, keep_prompt)
         for r, turns in zip(batch, results):
             if (key, r.question_id) in done:
                 continue

@@ -261,6 +261,11 @@ def _match_al(cond: list[float], al: float) -> list[float]:
 
 
 _DRAFT_KEY = re.compile(r"^D=(\d+)$")     # a bench report's per-draft-length key
+# a bench run's plain baseline (drafter "none", D = 0) has a Conditional_Acceptance_Rate too (k = 1
+# only): read as a drafter, it was named after its batch-size key and `draftwise plan` stopped
+# with "cannot tell which drafter 'bs=1' is"
+_PLAIN = {"none", "plain", "baseline"}
+_ADAPTIVE = "+adaptive"    # `draftwise bench --adaptive`'s label suffix
 
 
 def _drafter_name(path: list[str]) -> str:
@@ -319,7 +324,8 @@ def load_acceptance(source: Any, *, category: Optional[str] = None) -> dict[str,
                    for D, v in (node.get("by_draft_length") or {}).items()}
             found[name] = Acceptance(cond, name=name, categories=cats, source=src,
                                      proposal_rate=float(node.get("proposal_rate", 1.0)), by_draft_length=own)
-        if "Conditional_Acceptance_Rate" in node:                   # specdec_bench format
+        plain = any(k.lower() in _PLAIN or k == "D=0" for k in path)
+        if "Conditional_Acceptance_Rate" in node and not plain:     # specdec_bench format
             name = _drafter_name(path)
             cond = _cond_from_specbench(node["Conditional_Acceptance_Rate"])
             cats: dict[str, list[float]] = {}
@@ -347,6 +353,8 @@ def load_acceptance(source: Any, *, category: Optional[str] = None) -> dict[str,
     for name, runs in per_d.items():
         if runs:     # priced at each D by that D's run; beyond the largest, by the largest's α_k
             found[name] = dataclasses.replace(runs[max(runs)], by_draft_length=runs)
+    for name in [n for n in found if n.endswith(_ADAPTIVE) and n[: -len(_ADAPTIVE)] in found]:
+        del found[name]     # run-time D: its steps mix every D; the fixed-D runs describe each D
     if not found:
         raise ValueError(f"no conditional acceptance found in {src} (expected specdec_bench's "
                          f"Conditional_Acceptance_Rate or {{drafter: {{conditional: [...]}}}})")

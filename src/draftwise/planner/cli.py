@@ -27,6 +27,9 @@ def add_cli(sub) -> None:
                                                     "mi300x, cpu) or a profile JSON from `draftwise profile` (default h100-sxm)")
     p.add_argument("--acceptance", help="bench run directory / specbench_results.json / "
                                         "{drafter: {conditional: [α1, …]}} JSON")
+    p.add_argument("--no-trace", dest="trace", action="store_false",
+                   help="with a greedy bench run as --acceptance, price each D by the runs measured at it, not "
+                        "by the run's outputs traced at every D (prompt lookup and draft models)")
     p.add_argument("--category", help="use the acceptance of one benchmark category")
     p.add_argument("--drafter", help="drafters to consider, comma-separated (eagle3, mtp, dflash, dspark, "
                                      "draft_model, ngram, suffix)")
@@ -71,7 +74,7 @@ def _plan_cmd(args) -> int:
                acceptance=args.acceptance, drafters=args.drafter, draft_model=args.draft_model,
                batch_sizes=args.batch_sizes, context_lengths=args.context_lengths, max_draft=args.max_draft,
                latency_target_ms=args.latency_target_ms, num_devices=args.num_devices, category=args.category,
-               weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
+               weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, trace=args.trace,
                **({} if args.min_gain is None else {"min_gain": args.min_gain}))
     text = json.dumps(_finite(res), indent=1, default=str, allow_nan=False)
     if args.output:

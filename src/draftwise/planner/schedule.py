@@ -111,12 +111,47 @@ def _as_list(x: Any, cast=int) -> Optional[list]:
     return [cast(v) for v in x]
 
 
+def _model_in_label(name: str) -> Optional[str]:
+    """The model folder a drafter label names ("draft-model:zoo/draft", as `draftwise bench` labels
+    its runs), if it exists: the draft model's config where --draft-model is not given."""
+    import os
+
+    path = name.partition(":")[2].split(",")[0]
+    return path if path and os.path.exists(path) else None
+
+
+def _traced(source: Any, acc: dict, max_draft: int, category: Optional[str]) -> dict:
+    """`acc` with each drafter of a greedy bench run that `planner.trace` can follow (prompt lookup,
+    a draft model) priced at every D from the run's outputs; anything else as loaded. A run
+    measured at D = 3 then prices D = 8 exactly too, and D = 2 with the steps D = 2 takes."""
+    import json
+    import os
+    from pathlib import Path
+
+    from .trace import acceptance_from_run
+
+    if not isinstance(source, (str, os.PathLike)):
+        return acc
+    p = Path(source)
+    run = p if p.is_dir() else p.parent
+    conf = run / "configuration.json"
+    if not (conf.is_file() and (run / "prompts.jsonl").is_file()):
+        return acc
+    if float(json.loads(conf.read_text()).get("settings", {}).get("temperature") or 0.0) != 0.0:
+        return acc
+    out = dict(acc)
+    for name, a in acceptance_from_run(run, max_draft, drafters=list(acc), category=category).items():
+        a.categories = acc[name].categories
+        out[name] = a
+    return out
+
+
 def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = None,
          cost_ratio: Optional[float] = None, acceptance: Any = None, drafters: Any = None,
          draft_model: Any = None, batch_sizes: Any = None, context_lengths: Any = None,
          max_draft: int = 16, latency_target_ms: Optional[float] = None, num_devices: int = 1,
          category: Optional[str] = None, weight_dtype: Any = None, kv_dtype: Any = None,
-         check_memory: bool = True, min_gain: float = DEFAULT_MIN_GAIN) -> dict:
+         check_memory: bool = True, min_gain: float = DEFAULT_MIN_GAIN, trace: bool = True) -> dict:
     """Plan speculative decoding. See the module docstring; returns a JSON-ready dict.
 
     target:      config / path / bundled name (None with alpha + cost_ratio → Leviathan mode)
@@ -128,6 +163,9 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
                  every drafted token costs c × the plain decode step
     min_gain:    the least predicted speedup over plain decoding worth speculating for (0: plain argmax;
                  Leviathan mode is always the exact argmax)
+    trace:       with a greedy bench run as `acceptance`, price prompt lookup and draft models at
+                 every D up to `max_draft` from its outputs (`planner.trace.acceptance_from_run`)
+                 rather than from the D the run measured
     """
     if target is None:
         if alpha is None or cost_ratio is None:
@@ -155,6 +193,8 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
             acc = dict(acceptance)
         else:
             acc = load_acceptance(acceptance, category=category)
+            if trace:
+                acc = _traced(acceptance, acc, max_draft, category)
         if names and len(names) == 1 and list(acc) == ["default"]:   # one unnamed result: it is that drafter
             acc = {names[0]: acc["default"]}
             acc[names[0]].name = names[0]
@@ -181,7 +221,7 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
         elif kind is None:
             raise ValueError(f"cannot tell which drafter {n!r} is; name it after one of {', '.join(DRAFTER_KINDS)}")
         elif kind == "draft_model":
-            ddesc[n] = drafter_desc(kind, model, config=draft_model)
+            ddesc[n] = drafter_desc(kind, model, config=draft_model or _model_in_label(n))
         else:
             ddesc[n] = drafter_desc(kind, model)
 
@@ -248,7 +288,8 @@ def predict(target: Any, hardware: Any = None, *, acceptance: Any = None, alpha:
     out = []
     for n, a in acc.items():
         kind = _drafter_kind(n)
-        d = None if kind is None else drafter_desc(kind, cm.target, config=draft_model) if kind == "draft_model" \
+        d = None if kind is None else drafter_desc(kind, cm.target, config=draft_model or _model_in_label(n)) \
+            if kind == "draft_model" \
             else drafter_desc(kind, cm.target)
         if d is None and cost_ratio is None:
             raise ValueError(f"cannot tell which drafter {n!r} is")

@@ -17,7 +17,10 @@ gives the steps of D exactly (tests/test_planner_trace.py checks them against th
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+import functools
+import json
+from pathlib import Path
+from typing import Optional, Sequence
 
 import torch
 
@@ -88,3 +91,98 @@ def acceptance_by_draft_length(traces: Sequence[Trace], max_draft: int, max_new_
         acc.source = f"traced: {len(traces)} requests walked at D = {D}"
         per_d[D] = acc
     return dataclasses.replace(per_d[int(max_draft)], by_draft_length=per_d)
+
+
+class _TargetInfo:
+    """What building a prefix drafter needs of the target a run used — its tokenizer, vocabulary
+    and dtype — without loading its weights (a bench run's target may be far larger than this
+    machine can hold); read on first use (prompt lookup needs none of it)."""
+
+    def __init__(self, path: str, dtype: str):
+        from ..target import resolve_dtype
+
+        self.path, self.dtype, self.device = path, resolve_dtype(dtype), torch.device("cpu")
+
+    @functools.cached_property
+    def tokenizer(self):
+        from ..target import load_tokenizer
+
+        return load_tokenizer(self.path)
+
+    @functools.cached_property
+    def vocab_size(self) -> int:
+        from transformers import AutoConfig
+
+        return int(AutoConfig.from_pretrained(self.path).vocab_size)
+
+
+def acceptance_from_run(run_dir, max_draft: int, *, drafters: Optional[Sequence[str]] = None,
+                        dataset: Optional[str] = None, category: Optional[str] = None,
+                        shrink: bool = True) -> dict[str, Acceptance]:
+    """{drafter label: Acceptance at every D = 1 … `max_draft`} from a greedy `draftwise bench` run,
+    its outputs traced (`trace_request`) and walked at each D — also at D beyond those the run
+    measured. Only drafters whose proposals depend on the row alone (`Drafter.from_prefix`) are
+    traced; the others are left out. One configuration per drafter is traced (its smallest batch
+    size, largest D): under greedy decoding every D gives the same outputs. `dataset` defaults to
+    the first of the run that has the drafter; `category` keeps that category's requests only."""
+    from ..bench.runner import (BASELINE, CONFIG_FILE, drafter_model_path, hash_model_path, read_prompts,
+                                read_results, split_adaptive)
+    from ..drafters.base import build_drafter
+
+    run = Path(run_dir)
+    conf_path = run / CONFIG_FILE
+    if not conf_path.is_file():
+        raise FileNotFoundError(f"{run} is not a `draftwise bench` run directory (no {CONFIG_FILE})")
+    conf = json.loads(conf_path.read_text())
+    settings = conf.get("settings", {})
+    if float(settings.get("temperature") or 0.0) != 0.0:
+        raise ValueError(f"{run} was sampled (temperature {settings['temperature']}): only a greedy run's "
+                         f"outputs are the same at every D; use its per-D measurements (--no-trace)")
+    prompts = read_prompts(run)
+    if not prompts:
+        raise ValueError(f"{run} holds no prompt token ids (prompts.jsonl; runs before draftwise 0.1 "
+                         f"did not keep them): rerun the benchmark, or use its per-D measurements (--no-trace)")
+    records = [r for r in read_results(run) if r["drafter"] != BASELINE and not split_adaptive(r["drafter"])[1]]
+    order = conf.get("sweep", {}).get("datasets", [])
+    by_drafter: dict[str, list[dict]] = {}
+    for r in records:
+        by_drafter.setdefault(r["drafter"], []).append(r)
+    target = _TargetInfo(conf.get("models", {}).get("target", {}).get("path") or settings["target"],
+                         settings.get("dtype") or "float32")
+    out: dict[str, Acceptance] = {}
+    for spec, recs in by_drafter.items():
+        if drafters is not None and spec not in drafters:
+            continue
+        datasets = [d for d in order if any(r["dataset"] == d for r in recs)] or sorted({r["dataset"] for r in recs})
+        ds = dataset if dataset is not None else datasets[0]
+        recs = [r for r in recs if r["dataset"] == ds]
+        if not recs:
+            continue
+        bs = min(r["batch_size"] for r in recs)
+        D = max(r["D"] for r in recs if r["batch_size"] == bs)
+        recs = [r for r in recs if r["batch_size"] == bs and r["D"] == D
+                and (category is None or r.get("category") == category)]
+        if not recs:
+            continue
+        path = drafter_model_path(spec)
+        if path is not None:
+            had = conf.get("models", {}).get(f"drafter:{spec}", {}).get("files")
+            if had is not None and hash_model_path(path)["files"] != had:
+                raise ValueError(f"the files of {path} changed since {run} was measured: its outputs no longer "
+                                 f"say what this drafter proposes; rerun the benchmark, or use --no-trace")
+        dr = build_drafter(spec, target)
+        if not getattr(dr, "from_prefix", False):
+            continue
+        traces = []
+        for r in recs:
+            for o in r["outputs"]:
+                ids = prompts.get(o.get("prompt_sha"))
+                if ids is None:
+                    raise ValueError(f"{run}: no prompt for request {r['question_id']} of {spec} in prompts.jsonl "
+                                     f"(a run from before prompts were kept?): rerun it, or use --no-trace")
+                traces.append(trace_request(dr, ids, o["token_ids"], max_draft))
+        acc = acceptance_by_draft_length(traces, max_draft, int(settings["max_new_tokens"]), name=spec, shrink=shrink)
+        acc.source = (f"traced: {len(traces)} greedy outputs of {run} [{ds}/{spec}/D={D}/bs={bs}"
+                      f"{'' if category is None else '/' + category}] walked at each D = 1 … {max_draft}")
+        out[spec] = acc
+    return out
