@@ -77,6 +77,29 @@ def decode_throughput(records: list[dict]) -> float:
     return tokens / span if span > 0 else float("nan")
 
 
+def step_priced_throughput(records: list[dict], price: dict[tuple[int, int], float]) -> float:
+    """`decode_throughput` with every step after a batch's first priced at `price[(rows, width)]`
+    (the median target seconds of that shape over every configuration of the pass) plus its own
+    drafter and other seconds: what a configuration decides — which steps, what drafting and
+    scheduling cost — without the target's speed in the minutes it happened to run. Interleaved
+    per batch, a configuration still has the same neighbours in every batch when a group has two
+    batches: run-time D with the draft model at batch 8 ran 192 plain steps, the same as plain
+    decoding, 3 % slower (session 20)."""
+    windows = defaultdict(list)
+    for r in records:
+        for o in r["outputs"]:
+            windows[o["window"]].append(o)
+    tokens, span = 0, 0.0
+    for outs in windows.values():
+        steps = next((o["batch_steps"] for o in outs if "batch_steps" in o), None)
+        if not steps:
+            return float("nan")
+        tokens += sum(o["num_tokens"] - (o["step_lengths"][0] if o["step_lengths"] else 0) for o in outs)
+        span += sum(price[(int(rows), int(width))] + t_drafter + t_other
+                    for rows, width, _, t_drafter, t_other in steps[1:])
+    return tokens / span if span > 0 else float("nan")
+
+
 def traced_acceptance(target, drafter: str, dataset: str, records: list[dict], D: int, args) -> Optional[Acceptance]:
     """`Acceptance` for every draft length 1 … D from the greedy outputs of one run, each walked at
     that D; None where the drafter's proposals depend on more than the row's own tokens."""
@@ -285,7 +308,7 @@ def main() -> None:
             print(f"slice before {ds} batch {bs}: {time.time() - t0:.0f} s", flush=True)
         return before_group if args.slices else None
 
-    passes, groups = [], None
+    passes, priced_passes, groups = [], [], None
     in_sweep = defaultdict(list)     # (dataset, drafter, rows, width) → target seconds of the sweep's steps
     for rep in range(max(1, args.repeats)):
         sweep = out / ("sweep" if rep == 0 else f"sweep-{rep + 1}")
@@ -304,8 +327,18 @@ def main() -> None:
                 for (rows, width), ts in step_samples(recs).items():
                     in_sweep[(ds, d, rows, width)] += ts
         passes.append({k: decode_throughput(v) for k, v in by_cell.items()})
+        shapes = defaultdict(list)    # (dataset, rows, width) → target seconds, every configuration
+        for (ds, _, _, _), recs in by_cell.items():
+            for r in recs:
+                for o in r["outputs"]:
+                    for rows, width, t_target, *_ in o.get("batch_steps", []):
+                        shapes[(ds, int(rows), int(width))].append(float(t_target))
+        med = {k: statistics.median(v) for k, v in shapes.items()}
+        priced_passes.append({k: step_priced_throughput(v, {(rw, w): t for (ds, rw, w), t in med.items() if ds == k[0]})
+                              for k, v in by_cell.items()})
         groups = groups or by_cell    # acceptance: the first pass (the same tokens in every pass)
     thr = {k: statistics.median(p[k] for p in passes) for k in passes[0]}
+    thr_priced = {k: statistics.median(p[k] for p in priced_passes) for k in priced_passes[0]}
     spread = ({k: (max(p[k] for p in passes) - min(p[k] for p in passes)) / thr[k] for k in thr}
               if len(passes) > 1 else {})
     noise = statistics.median(spread.values()) if spread else None
@@ -378,6 +411,11 @@ def main() -> None:
                                 q[(ds, d + ADAPTIVE, Ds[-1], B)] / q[key]
                                 for p in passes for q in passes if q is not p
                                 for key in [max(fixed.values(), key=p.get)]), 4)
+                        # step-priced (`step_priced_throughput`), the best fixed D chosen by it too
+                        sp = {D: thr_priced[k] for D, k in fixed.items()}
+                        best_sp = max(sp, key=sp.get)
+                        row["step_priced"] = round(thr_priced[(ds, d + ADAPTIVE, Ds[-1], B)] / sp[best_sp], 4)
+                        row["step_priced_best_fixed_D"] = best_sp
                         adaptive_rows.append(row)
         return cells, adaptive_rows
 
@@ -417,6 +455,9 @@ def main() -> None:
         "adaptive_cross_pass_min": min((a["cross_pass"] for a in adaptive_rows if "cross_pass" in a), default=None),
         "adaptive_cross_pass_median": statistics.median(a["cross_pass"] for a in adaptive_rows if "cross_pass" in a)
         if len(passes) > 1 else None,
+        "adaptive_step_priced_min": min((a["step_priced"] for a in adaptive_rows), default=None),
+        "adaptive_step_priced_median": statistics.median(a["step_priced"] for a in adaptive_rows)
+        if adaptive_rows else None,
         "step_prices_from": variants,
         "tokens_per_step_batch1": per_step,
         "tolerance": args.tolerance, "batching": args.batching, "cell_results": cells, "adaptive": adaptive_rows,
@@ -465,12 +506,16 @@ def render_markdown(s: dict, batch_sizes: list[int]) -> str:
             cell = f"{a['adaptive_over_best_fixed']:.2f} (D {a['best_fixed_D']})"
             if "cross_pass" in a:
                 cell += f"; passes {' / '.join(f'{x:.2f}' for x in a['per_pass'])}; cross {a['cross_pass']:.2f}"
+            if "step_priced" in a:
+                cell += f"; step-priced {a['step_priced']:.2f} (D {a['step_priced_best_fixed_D']})"
             return cell
         for (ds, d), by_b in arows.items():
             L.append(f"| {ds} | {d} | " + " | ".join(afmt(by_b[b]) if b in by_b else "" for b in batch_sizes) + " |")
         L += ["", "Adaptive D throughput / best fixed D throughput: over the median of the passes (the best fixed "
               "D in brackets); within each pass; cross = best fixed D chosen on one pass, both measured on "
-              "another (median over pairs of passes).", ""]
+              "another (median over pairs of passes); step-priced = every step priced at the median target "
+              "seconds of its shape in its pass, over all configurations, plus its own drafter and other "
+              "seconds (median of passes; the best fixed D by that measure in brackets).", ""]
     v = s.get("step_prices_from")
     if v:
         names = {"spread": f"the profile spread over the sweep (profile_spread.json: each point's median with "

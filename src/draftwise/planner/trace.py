@@ -140,8 +140,8 @@ def acceptance_from_run(run_dir, max_draft: int, *, drafters: Optional[Sequence[
                          f"outputs are the same at every D; use its per-D measurements (--no-trace)")
     prompts = read_prompts(run)
     if not prompts:
-        raise ValueError(f"{run} holds no prompt token ids (prompts.jsonl; runs before draftwise 0.1 "
-                         f"did not keep them): rerun the benchmark, or use its per-D measurements (--no-trace)")
+        raise ValueError(f"{run} holds no prompt token ids (prompts.jsonl; a run from before the bench kept "
+                         f"them): rerun the benchmark, or use its per-D measurements (--no-trace)")
     records = [r for r in read_results(run) if r["drafter"] != BASELINE and not split_adaptive(r["drafter"])[1]]
     order = conf.get("sweep", {}).get("datasets", [])
     by_drafter: dict[str, list[dict]] = {}
