@@ -1120,3 +1120,32 @@ def test_a_step_nobody_proposed_in_is_learned_as_the_general_path_learns_it(data
     for name in ("_pos_n", "_pos_acc", "_lag_n", "_lag_acc", "_bin_n", "_bin_acc", "_rows", "_observed", "_row_fit"):
         assert getattr(fast, name) == getattr(slow, name), name
     assert fast.draft_cap(B, D, rows=rows) == slow.draft_cap(B, D, rows=rows)
+
+
+class _CountingDict(dict):
+    def __init__(self, counted):
+        super().__init__()
+        self.sets, self.counted = 0, counted
+
+    def __setitem__(self, key, value):
+        self.sets += self.counted(key)
+        super().__setitem__(key, value)
+
+
+def test_at_batch_1_decisions_are_kept_until_the_statistics_change():
+    """At batch 1 a proposal's width follows from its confidences and the statistics, which are
+    refreshed every 8 steps once 32 are in: prompt lookup's few proposal shapes are decided once
+    per refresh, not every step; and how much to draft, from the shapes seen (`_shape_cap`), is
+    decided afresh after a probe or a step-time refresh. Both ran every step, ~50 µs of Python on
+    caches cold from the forward. The decisions stay good: prompt lookup at batch 1 gains as in
+    `test_at_batch_1_rare_strong_proposals_keep_prompt_lookup_drafting`."""
+    prior = lambda N: 1 / (0.010 * (1 + 0.2 * (N - 1)))  # noqa: E731
+    sched = AdaptiveDraftLength(prior, alpha=0.7)
+    sched._best = _CountingDict(lambda k: k[0] == "row")
+    sched._shape_best = _CountingDict(lambda k: True)
+    steps = _lookup_at_batch_1(sched, 1000, strong=0.04, seed=0)
+    proposing = sum(1 for c, _, _ in steps if c) * 0.44        # ~44 % of the steps match
+    assert 0 < sched._best.sets < 0.5 * proposing, (sched._best.sets, proposing)
+    assert 0 < sched._shape_best.sets < 2 * (1000 / 16 + 32), sched._shape_best.sets
+    best_fixed = max(_rate(_lookup_at_batch_1(_Fixed(d), 3000, strong=0.04, seed=9)) for d in range(9))
+    assert _rate(steps[-400:]) > 1.03 * best_fixed

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Callable, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -388,7 +388,9 @@ class AdaptiveDraftLength:
         self._levels: dict[int, float] = {}               # rows → a plain step's seconds, as last priced
         self._observed = 0
         self._times: dict[int, list[float]] = {}           # target_time per width, refreshed every 16 steps
-        self._best: dict[tuple[int, int, float], int] = {}   # decisions since the statistics last changed
+        self._best: dict[tuple, Any] = {}      # decisions since the statistics last changed
+        self._shape_best: dict[tuple[int, float], int] = {}   # `_shape_cap`'s, kept longer (see there)
+        self._shape_count = 0.0                # proposals noted in `_shapes`
         # once the drafter is priced (the first step), the first probe check comes right away
         self._since_probe, self._interval, self._probing = self.probe_every - 1, self.probe_every, False
         self._futile = 0                       # probes in a row after which the choice stood (`_decide_cap`)
@@ -422,6 +424,7 @@ class AdaptiveDraftLength:
         self._times.clear()
         self._phis.clear()
         self._best.clear()
+        self._shape_best.clear()
 
     # --- learned statistics --------------------------------------------------------------------
     def _bins(self, conf: np.ndarray) -> np.ndarray:
@@ -784,6 +787,7 @@ class AdaptiveDraftLength:
         before, self._tt_seen = self._tt_seen, self._tt_seen + k
         if self._tt_seen // period > before // period:
             self._best.clear()
+            self._shape_best.clear()
             self._times.clear()
             self._phis.clear()
 
@@ -878,34 +882,38 @@ class AdaptiveDraftLength:
         a few probes decided between plain decoding and drafting, and two runs in three locked
         into plain where verifying per step gained 9 % (BENCHMARKS §5.0f). Until `SHAPES`
         proposals are seen it drafts the most (every such step notes one); after that only probes
-        add shapes, so the shapes, not a few probes' acceptance, decide."""
-        key = (1, max_draft, -2.0 - z)
-        cap = self._best.get(key)
+        add shapes, so the shapes, not a few probes' acceptance, decide.
+
+        Decided afresh after a probe and when the step times are refreshed (every 16–64 steps),
+        not with the per-step decisions every 8: one decision costs ~0.1 ms a shape list, and
+        the shapes' calibration moves slowly."""
+        if self._shape_count < self.SHAPES:
+            return max_draft
+        key = (max_draft, z)
+        cap = self._shape_best.get(key)
         if cap is not None:
             return cap
         shapes = list(self._shapes.values())
-        if sum(n for n, _ in shapes) < self.SHAPES:
-            cap = max_draft
-        else:
-            times = self._width_times(1, max_draft)
-            draft = self._draft_cost()
-            tokens, seconds = [0.0] * (max_draft + 1), [0.0] * (max_draft + 1)
-            for n, row in shapes:
-                cal = self._calibrate_rows([row[:max_draft]], z)[0]
-                # the scheduler's width for the shape cut to d is the best width ≤ d: a running argmax
-                tau, w_tau, best, surv = 1.0, 1.0, 1.0 / times[0], 1.0
-                w = 0
-                for d in range(max_draft + 1):
-                    if 0 < d <= len(cal):
-                        surv *= cal[d - 1]
-                        tau += surv
-                        if tau / times[d] > best * (1 + 1e-9):
-                            best, w, w_tau = tau / times[d], d, tau
-                    tokens[d] += n * w_tau
-                    seconds[d] += n * times[w]
-            rate = [t / (s + sum(n for n, _ in shapes) * draft(d)) for d, (t, s) in enumerate(zip(tokens, seconds))]
-            cap = max(range(max_draft + 1), key=lambda d: (rate[d] * (1 - 1e-9 * d), -d))
-        self._best[key] = cap
+        times = self._width_times(1, max_draft)
+        draft = self._draft_cost()
+        tokens, seconds = [0.0] * (max_draft + 1), [0.0] * (max_draft + 1)
+        for n, row in shapes:
+            cal = self._calibrate_rows([row[:max_draft]], z)[0]
+            # the scheduler's width for the shape cut to d is the best width ≤ d: a running argmax
+            tau, w_tau, best, surv = 1.0, 1.0, 1.0 / times[0], 1.0
+            w = 0
+            for d in range(max_draft + 1):
+                if 0 < d <= len(cal):
+                    surv *= cal[d - 1]
+                    tau += surv
+                    if tau / times[d] > best * (1 + 1e-9):
+                        best, w, w_tau = tau / times[d], d, tau
+                tokens[d] += n * w_tau
+                seconds[d] += n * times[w]
+        total = self._shape_count
+        rate = [t / (s + total * draft(d)) for d, (t, s) in enumerate(zip(tokens, seconds))]
+        cap = max(range(max_draft + 1), key=lambda d: (rate[d] * (1 - 1e-9 * d), -d))
+        self._shape_best[key] = cap
         return cap
 
     def _catch_up_price(self, batch_size: int) -> float:
@@ -1004,6 +1012,7 @@ class AdaptiveDraftLength:
             # than the curve) went uncounted, and prompt lookup at batch 16 spent 3.3 % on probes
             self._explored += max(target_seconds + draft_seconds - self._charge, 1e-9)
             self._charge = None
+            self._shape_best.clear()     # a probe: a shape verified in full, decide afresh
         if target_seconds > 0 and ver:
             B = len(ver)
             key = (B, max(ver))
@@ -1055,6 +1064,8 @@ class AdaptiveDraftLength:
         self._observed += 1
         if self._observed < 32 or self._observed % 8 == 0:
             self._best.clear()
+            if self._observed < 32:
+                self._shape_best.clear()
         P, K = self.MAX_POS, self.BINS
         pos_n, pos_acc, bin_n, bin_acc = self._pos_n, self._pos_acc, self._bin_n, self._bin_acc
         lag_n, lag_acc = self._lag_n, self._lag_acc
@@ -1129,6 +1140,8 @@ class AdaptiveDraftLength:
         self._observed += 1
         if self._observed < 32 or self._observed % 8 == 0:
             self._best.clear()
+            if self._observed < 32:
+                self._shape_best.clear()
         if offered is None:
             return
         off = offered if isinstance(offered, list) else offered.tolist()
@@ -1232,6 +1245,9 @@ class AdaptiveDraftLength:
             seen[0] += 1.0
         elif len(self._shapes) < 1024:     # a draft model's probabilities: shapes without end
             self._shapes[key] = [1.0, row]
+        else:
+            return
+        self._shape_count += 1.0
 
     def __call__(self, proposal) -> torch.LongTensor:
         num = proposal.num_tokens
@@ -1254,8 +1270,22 @@ class AdaptiveDraftLength:
                                for row, p in zip(conf.tolist(), proposed)]
             if self._full:
                 self._note_shape(raw[0])
-            cal = self._cal = self._calibrate_rows(raw)
-            w = _best_width_rows(cal, proposed, self._width_times(B, D), self.static_worth(B), self._row_scale(B))
+            if B == 1:
+                # one row: the decision follows from its confidences alone (prompt lookup's follow
+                # from its matched length: a few dozen shapes), so it is kept with `_best` until
+                # the statistics next change (8 steps at most) — ~25 µs a step on cold caches
+                scale = self._row_scale(1)
+                key = ("row", D, tuple(raw[0]), None if scale is None else scale[0])
+                hit = self._best.get(key)
+                if hit is None:
+                    cal = self._calibrate_rows(raw)
+                    hit = self._best[key] = (cal, _best_width_rows(cal, proposed, self._width_times(1, D), None, scale))
+                self._cal, w = hit
+            else:
+                cal = self._cal = self._calibrate_rows(raw)
+                w = _best_width_rows(cal, proposed, self._width_times(B, D), self.static_worth(B), self._row_scale(B))
+            if w >= max(proposed):
+                return num if num.dtype == torch.long else num.long()
             w = num.clamp(max=w)
             return w if w.dtype == torch.long else w.long()
         raw = self._raw = _unit(_as_np(conf))
