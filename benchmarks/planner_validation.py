@@ -23,7 +23,8 @@
    D's — prompt lookup's small D then came out 10–13 % slow at batch 1);
 4. `draftwise.planner.predict(...)` for every cell (drafter, batch, D, context);
 5. comparison: best D (argmax of throughput, D = 0 included) predicted vs measured, predicted vs
-   measured speedup over plain decoding, adaptive D vs the best fixed D; a plot and
+   measured speedup over plain decoding, adaptive D vs the best fixed D (wall clock, and
+   step-priced: each step at its shape's median over the pass, `step_priced_throughput`); a plot and
    OUT/summary.json + OUT/summary.md. The planner models draftwise's static batches (a batch ends
    with its slowest row, from per-request acceptance); `--batching continuous` writes
    OUT/summary_continuous.* with the continuous-batching model a vLLM-style server would follow;
@@ -60,14 +61,19 @@ steady_malloc()
 DATASETS = {"throughput-256": 256, "throughput-1k": 1024}
 
 
-def decode_throughput(records: list[dict]) -> float:
-    """Σ tokens after the first step / Σ over batches (last token time − first step time)."""
+def batches(records: list[dict]) -> list[list[dict]]:
+    """The records' turn outputs grouped by the batch (window) that generated them."""
     windows = defaultdict(list)
     for r in records:
         for o in r["outputs"]:
             windows[o["window"]].append(o)
+    return list(windows.values())
+
+
+def decode_throughput(records: list[dict]) -> float:
+    """Σ tokens after the first step / Σ over batches (last token time − first step time)."""
     tokens, span = 0, 0.0
-    for outs in windows.values():
+    for outs in batches(records):
         firsts = [o["chunk_times"][0] for o in outs if o["chunk_times"]]
         lasts = [o["chunk_times"][-1] for o in outs if o["chunk_times"]]
         if not firsts:
@@ -85,12 +91,8 @@ def step_priced_throughput(records: list[dict], price: dict[tuple[int, int], flo
     per batch, a configuration still has the same neighbours in every batch when a group has two
     batches: run-time D with the draft model at batch 8 ran 192 plain steps, the same as plain
     decoding, 3 % slower (session 20)."""
-    windows = defaultdict(list)
-    for r in records:
-        for o in r["outputs"]:
-            windows[o["window"]].append(o)
     tokens, span = 0, 0.0
-    for outs in windows.values():
+    for outs in batches(records):
         steps = next((o["batch_steps"] for o in outs if "batch_steps" in o), None)
         if not steps:
             return float("nan")
