@@ -137,6 +137,31 @@ def test_interleaved_sweep_same_results_side_by_side(tmp_path):
     assert [r["key"] for r in a[:2]] == [a[0]["key"]] * 2                      # sequential: by configuration
 
 
+def test_interleaved_batches_give_each_configuration_other_neighbours(tmp_path):
+    """In a group of two batches every configuration runs after a different one in each batch (a
+    rotation by one place left each behind the same configuration both times), and first in at most
+    one batch."""
+    out = tmp_path / "run"
+    run_bench(_cfg(out, plots=False, interleave=True, batch_sizes=[3], warmup=False), backend=FakeBackend())
+    # with two configurations, too (rotated by one, then run backwards, would be the same order twice)
+    two = tmp_path / "two"
+    run_bench(_cfg(two, plots=False, interleave=True, batch_sizes=[3], warmup=False, drafters=["ngram"],
+                   draft_lengths=[2]), backend=FakeBackend())
+    keys = [r["key"] for r in read_results(two)]
+    assert keys[:6:3] != keys[6::3], keys
+    recs = read_results(out)
+    batches: dict = {}
+    for r in recs:                    # results are appended in the order they ran
+        b = batches.setdefault(r["question_id"] in {x["question_id"] for x in recs[:3]}, [])
+        if r["key"] not in b:
+            b.append(r["key"])
+    first, second = batches[True], batches[False]
+    assert len(first) == len(second) == 5 and set(first) == set(second)
+    before = lambda order: {k: order[i - 1] if i else None for i, k in enumerate(order)}   # noqa: E731
+    a, b = before(first), before(second)
+    assert all(a[k] != b[k] for k in first), (first, second)
+
+
 def test_before_group_runs_ahead_of_each_group_left(tmp_path):
     """The hook (the planner validation times the machine in it) runs once before each (dataset,
     batch size) group of an interleaved sweep, and on resume only before groups with work left."""

@@ -488,9 +488,15 @@ def run_bench(cfg: BenchConfig, backend=None, log: Callable[[str], None] = print
                     run_one(ds, dr, D, bs, key, b, batch)
         else:
             # Per (dataset, batch size), each batch of requests goes through every configuration
-            # before the next batch, in an order that rotates from batch to batch: the machine's
+            # before the next batch, in an order that changes from batch to batch: the machine's
             # drift over minutes (and its warmth after the previous configuration) then falls on
-            # all configurations alike, so their ratios are measured side by side.
+            # all configurations alike, so their ratios are measured side by side. Each pair of
+            # batches runs the cycle from one start, forwards then backwards, so that within a pair a
+            # configuration follows a different one each time (the starts spread over the cycle
+            # from pair to pair): rotated by one place a batch, a group
+            # of two batches left each configuration behind the same one both times, and adaptive D
+            # with the draft model, always after the draft model at D = 8, ran the same plain steps
+            # as plain decoding 3 % slower (BENCHMARKS §5.0, session 20).
             groups: dict[tuple[str, int], list] = {}
             for unit in todo:
                 groups.setdefault((unit[0], unit[3]), []).append(unit)
@@ -503,9 +509,14 @@ def run_bench(cfg: BenchConfig, backend=None, log: Callable[[str], None] = print
                     warm_up(*unit)
                 pending = [dict(u[5]) for u in units]     # per configuration: batch start → requests
                 starts = sorted({b for p in pending for b in p})
+                pairs = (len(starts) + 1) // 2
                 for w, b in enumerate(starts):
-                    k = w % len(units)
-                    for (ds_, dr, D, bs_, key, _), todo_b in zip(units[k:] + units[:k], pending[k:] + pending[:k]):
+                    order = list(zip(units, pending))
+                    k = ((w // 2) * len(order)) // pairs      # each pair of batches: one start, both ways
+                    order = order[k:] + order[:k]
+                    if w % 2:
+                        order.reverse()
+                    for (ds_, dr, D, bs_, key, _), todo_b in order:
                         if b in todo_b:
                             run_one(ds_, dr, D, bs_, key, b, todo_b[b])
     finally:
