@@ -1059,13 +1059,7 @@ class AdaptiveDraftLength:
             seen = {r for r, b in enumerate(lagging) if b and (ver[r] > 0 or (off is not None and off[r] > 0))}
             low = min((acc[r] for r in seen), default=0)
             lagging = [r in seen and acc[r] == low for r in range(len(lagging))]
-        # the choice moves slowly once a few dozen steps are in: decide afresh every 8 steps
-        # (each decision costs ~0.1 ms of Python, a step at batch 1 ~10 ms)
-        self._observed += 1
-        if self._observed < 32 or self._observed % 8 == 0:
-            self._best.clear()
-            if self._observed < 32:
-                self._shape_best.clear()
+        self._count_observed()
         P, K = self.MAX_POS, self.BINS
         pos_n, pos_acc, bin_n, bin_acc = self._pos_n, self._pos_acc, self._bin_n, self._bin_acc
         lag_n, lag_acc = self._lag_n, self._lag_acc
@@ -1132,16 +1126,22 @@ class AdaptiveDraftLength:
                 if reach <= 0.0:
                     break
 
-    def _observe_unproposed(self, offered) -> None:
-        """`observe` of a step in which no row proposed anything (prompt lookup without a match:
-        4 steps in 10 at batch 1): what the general path counts then, without its per-row
-        machinery — every row offered a draft is one rejection at the first position. The general
-        path took ~45 µs a step on caches cold from the forward, 0.8 % of a 6 ms plain step."""
+    def _count_observed(self) -> None:
+        """One more step observed. The choice moves slowly once a few dozen steps are in: decide
+        afresh every 8 steps (each decision costs ~0.1 ms of Python, a step at batch 1 ~10 ms), and
+        from the shapes seen (`_shape_cap`) every step only in the first 32."""
         self._observed += 1
         if self._observed < 32 or self._observed % 8 == 0:
             self._best.clear()
             if self._observed < 32:
                 self._shape_best.clear()
+
+    def _observe_unproposed(self, offered) -> None:
+        """`observe` of a step in which no row proposed anything (prompt lookup without a match:
+        4 steps in 10 at batch 1): what the general path counts then, without its per-row
+        machinery — every row offered a draft is one rejection at the first position. The general
+        path took ~45 µs a step on caches cold from the forward, 0.8 % of a 6 ms plain step."""
+        self._count_observed()
         if offered is None:
             return
         off = offered if isinstance(offered, list) else offered.tolist()
