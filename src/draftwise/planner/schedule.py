@@ -114,10 +114,9 @@ def _as_list(x: Any, cast=int) -> Optional[list]:
 def _model_in_label(name: str) -> Optional[str]:
     """The model folder a drafter label names ("draft-model:zoo/draft", as `draftwise bench` labels
     its runs), if it exists: the draft model's config where --draft-model is not given."""
-    import os
+    from ..bench.runner import drafter_model_path
 
-    path = name.partition(":")[2].split(",")[0]
-    return path if path and os.path.exists(path) else None
+    return drafter_model_path(name)
 
 
 def _traced(source: Any, acc: dict, max_draft: int, category: Optional[str]) -> dict:
