@@ -198,3 +198,68 @@ def test_a_run_that_cannot_be_traced_says_why(greedy_run, tmp_path):
         acceptance_from_run(copy, 4)
     with pytest.raises(FileNotFoundError, match="not a `draftwise bench` run"):
         acceptance_from_run(tmp_path, 4)
+
+
+@pytest.fixture(scope="module")
+def two_context_run(tmp_path_factory):
+    """A greedy bench run of prompt lookup over two datasets: short prompts, and long ones that
+    repeat themselves (so that prompt lookup finds more to copy)."""
+    import json
+
+    from draftwise.bench._testing import make_tiny_target
+    from draftwise.cli import main
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("two_contexts")
+    target = make_tiny_target(root / "target")
+    short, long = root / "short.jsonl", root / "long.jsonl"
+    short.write_text("".join(json.dumps({"question_id": f"s{i}", "category": "qa", "turns": [t]}) + "\n"
+                             for i, t in enumerate(["Hi there.", "What is a cat?", "Name a color."])))
+    verse = "the quick brown fox jumps over the lazy dog and then the fox sleeps; "
+    long.write_text("".join(json.dumps({"question_id": f"l{i}", "category": "summarization",
+                                        "turns": [verse * (6 + i) + "Summarize:"]}) + "\n" for i in range(3)))
+    out = root / "run"
+    assert main(["bench", "--target", str(target), "--drafter", "ngram", "-D", "3", "--batch-sizes", "1",
+                 "--dataset", str(short), "--dataset", str(long), "--max-new-tokens", "16", "--ignore-eos",
+                 "--out", str(out), "--no-progress", "--no-plots"]) == 0
+    return out, target
+
+
+def test_plan_prices_each_context_with_the_dataset_measured_nearest_it(two_context_run):
+    """A run over a short and a long dataset: each context length of the plan is priced with the
+    acceptance of the dataset whose mean context is nearest (traced from that dataset's outputs),
+    not with the first dataset's for both; --dataset fixes one for all."""
+    import math
+
+    from draftwise.cli import main
+    from draftwise.planner import plan
+    from draftwise.planner.acceptance import load_acceptance, run_contexts
+    from draftwise.planner.trace import acceptance_from_run
+
+    out, target = two_context_run
+    ctx = run_contexts(out)
+    (short, c_short), (long, c_long) = sorted(ctx.items(), key=lambda kv: kv[1])
+    assert len(ctx) == 2 and c_long > 3 * c_short
+    own = {ds: acceptance_from_run(out, 5, dataset=ds)["ngram"] for ds in ctx}
+    assert own[short].conditional != own[long].conditional      # else the test could not tell them apart
+    Ls = [round(c_short), round(c_long)]
+    res = plan(str(target), "cpu", acceptance=str(out), max_draft=5, batch_sizes=[1, 4], context_lengths=Ls)
+    for L, ds in zip(Ls, (short, long)):
+        by = res["acceptance_by_context"][str(L)]
+        assert by["dataset"] == ds and math.isclose(by["mean_context"], ctx[ds])
+        assert by["drafters"]["ngram"]["conditional"] == pytest.approx(own[ds].conditional)
+        for cell in (c for c in res["schedule"] if c["context_length"] == L):
+            assert cell["acceptance_dataset"] == ds
+            D = cell["per_drafter"]["ngram"]["num_draft_tokens"]
+            assert cell["per_drafter"]["ngram"]["expected_tokens_per_step"] == pytest.approx(
+                own[ds].at(D).expected_tokens(D))
+    fixed = plan(str(target), "cpu", acceptance=str(out), max_draft=5, batch_sizes=[1], context_lengths=Ls,
+                 dataset=long)
+    assert "acceptance_by_context" not in fixed
+    assert fixed["drafters"]["ngram"]["acceptance"]["conditional"] == pytest.approx(own[long].conditional)
+    untraced = load_acceptance(out, dataset=long)["ngram"]
+    assert untraced.at(3).conditional == pytest.approx(own[long].at(3).conditional)
+    with pytest.raises(ValueError, match="no dataset 'nope'.*" + short.replace("\\", "\\\\")[-10:]):
+        load_acceptance(out, dataset="nope")
+    assert main(["plan", "--target", str(target), "--hardware", "cpu", "--acceptance", str(out), "--max-draft", "5",
+                 "--batch-sizes", "1", "--context-lengths", ",".join(map(str, Ls))]) == 0

@@ -284,9 +284,11 @@ def _drafter_name(path: list[str]) -> str:
     return "default"
 
 
-def load_acceptance(source: Any, *, category: Optional[str] = None) -> dict[str, Acceptance]:
+def load_acceptance(source: Any, *, category: Optional[str] = None,
+                    dataset: Optional[str] = None) -> dict[str, Acceptance]:
     """{drafter name: Acceptance} from a bench run directory, a specbench_results.json or a plain
-    JSON (see module docstring), or a dict of the same."""
+    JSON (see module docstring), or a dict of the same. `dataset`: only that top-level key of a
+    bench run ({dataset: {drafter: …}}); without it, each drafter's first dataset."""
     if isinstance(source, dict):
         data, src = source, "dict"
     else:
@@ -296,15 +298,24 @@ def load_acceptance(source: Any, *, category: Optional[str] = None) -> dict[str,
             cands = [c for c in cands if c.is_file()]
             if not cands:
                 raise FileNotFoundError(f"no specbench_results.json under {p}")
+            if dataset is not None:
+                have = [c for c in cands if dataset in json.loads(c.read_text())]
+                if not have:
+                    raise ValueError(f"no dataset {dataset!r} under {p}; it has {sorted(_datasets_in(cands))}")
+                cands = have
             out: dict[str, Acceptance] = {}
             for c in cands:
-                for k, v in load_acceptance(c, category=category).items():
+                for k, v in load_acceptance(c, category=category, dataset=dataset).items():
                     name = k if k != "default" else (c.parent.name if c.parent != p else k)
                     out.setdefault(name, v)
             return out
         if not p.is_file():
             raise FileNotFoundError(f"no acceptance file {p}")
         data, src = json.loads(p.read_text()), str(p)
+    if dataset is not None:
+        if not isinstance(data, dict) or not isinstance(data.get(dataset), dict):
+            raise ValueError(f"no dataset {dataset!r} in {src}; its top-level keys are {sorted(data)}")
+        data, src = {dataset: data[dataset]}, f"{src} [{dataset}]"
 
     found: dict[str, Acceptance] = {}
     per_d: dict[str, dict[int, Acceptance]] = {}
@@ -365,3 +376,27 @@ def load_acceptance(source: Any, *, category: Optional[str] = None) -> dict[str,
             raise ValueError(f"no category {category!r} in {src}; categories: {cats}")
         found = have
     return found
+
+
+def _datasets_in(files) -> set[str]:
+    return {k for f in files for k, v in json.loads(Path(f).read_text()).items() if isinstance(v, dict)}
+
+
+def run_contexts(run_dir: Any) -> dict[str, float]:
+    """{dataset: mean context length while decoding, in tokens (prompt plus half the output)} of a
+    `draftwise bench` run, in the run's order: which context each dataset's acceptance describes.
+    Empty for anything that is not a bench run directory."""
+    from ..bench.runner import CONFIG_FILE, read_results
+
+    run = Path(str(run_dir))
+    if not (run.is_dir() and (run / CONFIG_FILE).is_file()):
+        return {}
+    sums: dict[str, list[float]] = {}
+    for r in read_results(run):
+        for o in r["outputs"]:
+            s = sums.setdefault(r["dataset"], [0.0, 0])
+            s[0] += o["prompt_tokens"] + o["num_tokens"] / 2
+            s[1] += 1
+    order = json.loads((run / CONFIG_FILE).read_text()).get("sweep", {}).get("datasets", [])
+    names = [d for d in order if d in sums] + sorted(set(sums) - set(order))
+    return {d: sums[d][0] / sums[d][1] for d in names if sums[d][1]}

@@ -30,6 +30,9 @@ def add_cli(sub) -> None:
     p.add_argument("--no-trace", dest="trace", action="store_false",
                    help="with a greedy bench run as --acceptance, price each D by the runs measured at it, not "
                         "by the run's outputs traced at every D (prompt lookup and draft models)")
+    p.add_argument("--dataset", help="with a bench run over several datasets as --acceptance, use this one's "
+                                     "acceptance for every context (default: each context length gets the "
+                                     "dataset whose mean context is nearest)")
     p.add_argument("--category", help="use the acceptance of one benchmark category")
     p.add_argument("--drafter", help="drafters to consider, comma-separated (eagle3, mtp, dflash, dspark, "
                                      "draft_model, ngram, suffix)")
@@ -74,7 +77,7 @@ def _plan_cmd(args) -> int:
                acceptance=args.acceptance, drafters=args.drafter, draft_model=args.draft_model,
                batch_sizes=args.batch_sizes, context_lengths=args.context_lengths, max_draft=args.max_draft,
                latency_target_ms=args.latency_target_ms, num_devices=args.num_devices, category=args.category,
-               weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, trace=args.trace,
+               weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, trace=args.trace, dataset=args.dataset,
                **({} if args.min_gain is None else {"min_gain": args.min_gain}))
     text = json.dumps(_finite(res), indent=1, default=str, allow_nan=False)
     if args.output:
@@ -121,7 +124,9 @@ def format_plan(res: dict) -> str:
         lines.append(f"calibrated on {cal['points']} measured steps (mean error {cal['mean_abs_rel_error']:.1%})")
     for L in res["context_lengths"]:
         lines.append("")
-        lines.append(f"context {L}: break-even batch size {res['break_even_by_context'][str(L)]}")
+        by_ctx = (res.get("acceptance_by_context") or {}).get(str(L))
+        src = f"; acceptance of {by_ctx['dataset']} (mean context {by_ctx['mean_context']:.0f})" if by_ctx else ""
+        lines.append(f"context {L}: break-even batch size {res['break_even_by_context'][str(L)]}{src}")
         lines.append(f"{'B':>5} {'drafter':>10} {'D':>3} {'E[τ]':>6} {'speedup':>8} {'tok/s':>10} {'ms/tok':>8}  why")
         for c in res["schedule"]:
             if c["context_length"] != L:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from . import rules
-from .acceptance import Acceptance, leviathan_expected_tokens, load_acceptance
+from .acceptance import Acceptance, leviathan_expected_tokens, load_acceptance, run_contexts
 from .cost import CostModel
 from .hardware import get_hardware
 from .model import DRAFTER_KINDS, DrafterDesc, describe, drafter_desc
@@ -119,7 +119,7 @@ def _model_in_label(name: str) -> Optional[str]:
     return drafter_model_path(name)
 
 
-def _traced(source: Any, acc: dict, max_draft: int, category: Optional[str]) -> dict:
+def _traced(source: Any, acc: dict, max_draft: int, category: Optional[str], dataset: Optional[str] = None) -> dict:
     """`acc` with each drafter of a greedy bench run that `planner.trace` can follow (prompt lookup,
     a draft model) priced at every D from the run's outputs; anything else as loaded. A run
     measured at D = 3 then prices D = 8 exactly too, and D = 2 with the steps D = 2 takes."""
@@ -139,10 +139,66 @@ def _traced(source: Any, acc: dict, max_draft: int, category: Optional[str]) -> 
     if float(json.loads(conf.read_text()).get("settings", {}).get("temperature") or 0.0) != 0.0:
         return acc
     out = dict(acc)
-    for name, a in acceptance_from_run(run, max_draft, drafters=list(acc), category=category).items():
+    for name, a in acceptance_from_run(run, max_draft, drafters=list(acc), category=category, dataset=dataset).items():
         a.categories = acc[name].categories
         out[name] = a
     return out
+
+
+def _select(acc: dict, names: Optional[list], alpha: Optional[float]) -> dict:
+    """The drafters asked for, out of loaded acceptance; a constant α for those it lacks."""
+    if names and len(names) == 1 and list(acc) == ["default"]:   # one unnamed result: it is that drafter
+        acc = {names[0]: acc["default"]}
+        acc[names[0]].name = names[0]
+    if names:
+        keep = {n: a for n, a in acc.items() if n in names or _drafter_kind(n) in names}
+        if not keep and alpha is None:
+            raise ValueError(f"drafters {names} not in the acceptance data ({sorted(acc)})")
+        acc = keep
+        for n in names:
+            if n not in acc and not any(_drafter_kind(k) == n for k in acc) and alpha is not None:
+                acc[n] = Acceptance.constant(float(alpha), name=n)
+    return acc
+
+
+def _acceptance_by_context(acceptance, Ls, *, dataset, category, trace, max_draft, names, alpha, cost_ratio,
+                           model) -> tuple[dict, dict]:
+    """({L: {drafter: Acceptance}}, {L: (dataset, its mean context)} where a bench run's datasets
+    were matched to the context lengths). Acceptance moves with the context — prompt lookup finds
+    more to copy in a 1k-token prompt than in a 256-token one — so a run over both should price
+    each context with its own."""
+    import math
+
+    if acceptance is None:
+        if alpha is None:
+            raise ValueError("need acceptance data (--acceptance) or a constant --alpha")
+        if not names:
+            names = ["cost_ratio"] if cost_ratio is not None else (["mtp"] if model.num_mtp_layers else ["eagle3"])
+        acc = {n: Acceptance.constant(float(alpha), name=n) for n in names}
+        return {L: acc for L in Ls}, {}
+    if isinstance(acceptance, Acceptance):
+        return {L: _select({acceptance.name: acceptance}, names, alpha) for L in Ls}, {}
+    if isinstance(acceptance, dict) and acceptance and all(isinstance(v, Acceptance) for v in acceptance.values()):
+        return {L: _select(dict(acceptance), names, alpha) for L in Ls}, {}
+
+    def load(ds):
+        acc = load_acceptance(acceptance, category=category, dataset=ds)
+        if trace:
+            acc = _traced(acceptance, acc, max_draft, category, ds)
+        return _select(acc, names, alpha)
+
+    contexts = run_contexts(acceptance) if dataset is None else {}
+    if len(contexts) < 2:
+        acc = load(dataset)
+        return {L: acc for L in Ls}, {}
+    loaded: dict[str, dict] = {}      # tracing a draft model runs it: only the datasets some context needs
+    by_L, where = {}, {}
+    for L in Ls:
+        ds = min(contexts, key=lambda d: abs(math.log(max(L, 1)) - math.log(max(contexts[d], 1))))
+        if ds not in loaded:
+            loaded[ds] = load(ds)
+        by_L[L], where[L] = loaded[ds], (ds, contexts[ds])
+    return by_L, where
 
 
 def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = None,
@@ -150,7 +206,8 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
          draft_model: Any = None, batch_sizes: Any = None, context_lengths: Any = None,
          max_draft: int = 16, latency_target_ms: Optional[float] = None, num_devices: int = 1,
          category: Optional[str] = None, weight_dtype: Any = None, kv_dtype: Any = None,
-         check_memory: bool = True, min_gain: float = DEFAULT_MIN_GAIN, trace: bool = True) -> dict:
+         check_memory: bool = True, min_gain: float = DEFAULT_MIN_GAIN, trace: bool = True,
+         dataset: Optional[str] = None) -> dict:
     """Plan speculative decoding. See the module docstring; returns a JSON-ready dict.
 
     target:      config / path / bundled name (None with alpha + cost_ratio → Leviathan mode)
@@ -165,6 +222,9 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
     trace:       with a greedy bench run as `acceptance`, price prompt lookup and draft models at
                  every D up to `max_draft` from its outputs (`planner.trace.acceptance_from_run`)
                  rather than from the D the run measured
+    dataset:     with a bench run over several datasets as `acceptance`, the acceptance of this one for
+                 every context; without it, each context length gets the dataset whose mean context
+                 (prompt plus half the output) is nearest, on a log scale
     """
     if target is None:
         if alpha is None or cost_ratio is None:
@@ -184,36 +244,17 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
     Ls = _as_list(context_lengths) or list(DEFAULT_CONTEXT_LENGTHS)
     names = _as_list(drafters, str)
 
-    # acceptance per drafter
-    if acceptance is not None:
-        if isinstance(acceptance, Acceptance):
-            acc = {acceptance.name: acceptance}
-        elif isinstance(acceptance, dict) and acceptance and all(isinstance(v, Acceptance) for v in acceptance.values()):
-            acc = dict(acceptance)
-        else:
-            acc = load_acceptance(acceptance, category=category)
-            if trace:
-                acc = _traced(acceptance, acc, max_draft, category)
-        if names and len(names) == 1 and list(acc) == ["default"]:   # one unnamed result: it is that drafter
-            acc = {names[0]: acc["default"]}
-            acc[names[0]].name = names[0]
-        if names:
-            keep = {n: a for n, a in acc.items() if n in names or _drafter_kind(n) in names}
-            if not keep and alpha is None:
-                raise ValueError(f"drafters {names} not in the acceptance data ({sorted(acc)})")
-            acc = keep
-            for n in names:
-                if n not in acc and not any(_drafter_kind(k) == n for k in acc) and alpha is not None:
-                    acc[n] = Acceptance.constant(float(alpha), name=n)
-    elif alpha is not None:
-        if not names:
-            names = ["cost_ratio"] if cost_ratio is not None else (["mtp"] if model.num_mtp_layers else ["eagle3"])
-        acc = {n: Acceptance.constant(float(alpha), name=n) for n in names}
-    else:
-        raise ValueError("need acceptance data (--acceptance) or a constant --alpha")
+    # acceptance per drafter, and per context where a bench run measured several
+    by_L, where = _acceptance_by_context(acceptance, Ls, dataset=dataset, category=category, trace=trace,
+                                         max_draft=max_draft, names=names, alpha=alpha, cost_ratio=cost_ratio,
+                                         model=model)
+    first = {}      # each drafter's acceptance at the first context that has it, for the summary
+    for L in Ls:
+        for n, a in by_L[L].items():
+            first.setdefault(n, a)
 
     ddesc: dict[str, Optional[DrafterDesc]] = {}
-    for n in acc:
+    for n in first:
         kind = _drafter_kind(n)
         if n == "cost_ratio" or (kind is None and cost_ratio is not None):
             ddesc[n] = None  # generic drafter: c × plain decode step per drafted token
@@ -227,12 +268,18 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
     cells = []
     for L in Ls:
         for B in Bs:
-            cells.append(_plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, check_memory,
+            cells.append(_plan_cell(cm, B, L, by_L[L], ddesc, cost_ratio, max_draft, latency_target_ms, check_memory,
                                     min_gain))
+            if L in where:
+                ds, ctx = where[L]
+                cells[-1]["acceptance_dataset"] = ds
+                cells[-1]["reasons"].append({"rule": "acceptance", "text": (
+                    f"acceptance measured on {ds} (mean context {ctx:.0f} tokens), the run's dataset nearest "
+                    f"context {L}")})
 
     break_even = {}
     for L in Ls:
-        break_even[str(L)] = _break_even(cm, [c for c in cells if c["context_length"] == L], acc, ddesc,
+        break_even[str(L)] = _break_even(cm, [c for c in cells if c["context_length"] == L], by_L[L], ddesc,
                                          cost_ratio, max_draft, min_gain)
     out = {
         "mode": "schedule",
@@ -241,9 +288,12 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
         "calibration": cm.calibration.to_dict(),
         "drafters": {n: {"acceptance": a.to_dict(),
                          "desc": ddesc[n].summary() if ddesc[n] else {"kind": "cost_ratio", "cost_ratio": cost_ratio}}
-                     for n, a in acc.items()},
+                     for n, a in first.items()},
         "batch_sizes": Bs,
         "context_lengths": Ls,
+        **({"acceptance_by_context": {str(L): {"dataset": ds, "mean_context": ctx,
+                                               "drafters": {n: a.to_dict() for n, a in by_L[L].items()}}
+                                      for L, (ds, ctx) in where.items()}} if where else {}),
         "max_draft": max_draft,
         "min_gain": min_gain,
         "schedule": cells,
@@ -262,7 +312,7 @@ def predict(target: Any, hardware: Any = None, *, acceptance: Any = None, alpha:
             drafters: Any = None, draft_model: Any = None, batch_sizes: Any = (1, 2, 4, 8, 16),
             draft_tokens: Any = range(9), context_lengths: Any = (128, 1024), num_devices: int = 1,
             cost_ratio: Optional[float] = None, category: Optional[str] = None,
-            batching: str = "continuous") -> list[dict]:
+            batching: str = "continuous", dataset: Optional[str] = None) -> list[dict]:
     """The cost model's prediction for every (drafter, B, D, L) cell, for comparing with a measured
     sweep: step time (target + drafter), expected tokens per step, throughput and speedup over D = 0.
     batching="static": the batch ends with its slowest row (`Acceptance.static_shares`, which needs
@@ -277,7 +327,7 @@ def predict(target: Any, hardware: Any = None, *, acceptance: Any = None, alpha:
     names = _as_list(drafters, str)
     if acceptance is not None:
         acc = acceptance if isinstance(acceptance, dict) and all(isinstance(v, Acceptance) for v in acceptance.values()) \
-            else load_acceptance(acceptance, category=category)
+            else load_acceptance(acceptance, category=category, dataset=dataset)
         if names:
             acc = {n: a for n, a in acc.items() if n in names or _drafter_kind(n) in names}
     elif alpha is not None:
