@@ -43,11 +43,17 @@ from draftwise.types import Proposal
 from adaptive_ab import scheduler_class
 
 
-def replay_rows(tgt, prompts, max_new: int, max_draft: int, max_n: int = 3, min_n: int = 1) -> list[list[tuple]]:
+class Table(list):
+    """`replay_rows`' rows per request, with `gens`: each request's generated tokens."""
+    gens: list
+
+
+def replay_rows(tgt, prompts, max_new: int, max_draft: int, max_n: int = 3, min_n: int = 1) -> Table:
     """Per request and generated position t: (matched n, drafts proposed at cap `max_draft`, drafts
-    of them the target accepts), from one plain greedy decode."""
+    of them the target accepts, the drafts), from one plain greedy decode."""
     out = dw.generate(tgt, prompts, max_new_tokens=max_new, ignore_eos=True)
-    table = []
+    table = Table()
+    table.gens = [list(o.token_ids) for o in out]
     for p, o in zip(prompts, out):
         gen = list(o.token_ids)
         seq, idx, rows = list(p), NgramIndex(max_n, min_n), []
@@ -56,7 +62,7 @@ def replay_rows(tgt, prompts, max_new: int, max_draft: int, max_n: int = 3, min_
             a = 0
             while a < len(cont) and t + a < len(gen) and cont[a] == gen[t + a]:
                 a += 1
-            rows.append((n, len(cont), a))
+            rows.append((n, len(cont), a, list(cont)))
             seq.append(gen[t])
         table.append(rows)
     return table
@@ -110,8 +116,11 @@ def decode(table, batch: list[int], max_new: int, D: int, prices: Prices, sched=
     active, fresh = list(batch), True
     tokens = steps = verifying = 0
     seconds = 0.0
+    sees = sched is not None and hasattr(sched, "sees_emitted")     # as the engine
     if sched is not None:
         sched.skips_idle = True
+        if sees:
+            sched.sees_emitted = True
     while active:
         n = len(active)
         remaining = [max_new - at[r] - 1 for r in active]
@@ -123,23 +132,24 @@ def decode(table, batch: list[int], max_new: int, D: int, prices: Prices, sched=
         rows = [table[r][at[r]] for r in active]
         if drafting:
             caps = [min(max(m, 0), cap) for m in remaining]
-            made = [min(L, c) if m else 0 for (m, L, _), c in zip(rows, caps)]
+            made = [min(L, c) if m else 0 for (m, L, _, _), c in zip(rows, caps)]
             width = max(made)
             k = made
             if sched is not None:   # as the engine: every drafting step, a proposal of no drafts too
-                conf = torch.tensor([[prior(m + j) if m else 0.0 for j in range(width)] for m, _, _ in rows]).reshape(n, width)
-                prop = Proposal(tokens=torch.zeros(n, width, dtype=torch.long), num_tokens=torch.tensor(made),
-                                confidence=conf)
+                conf = torch.tensor([[prior(m + j) if m else 0.0 for j in range(width)] for m, *_ in rows]).reshape(n, width)
+                drafts = torch.tensor([(c[:k] + [-1] * width)[:width] for (*_, c), k in zip(rows, made)]).reshape(n, width)
+                prop = Proposal(tokens=drafts, num_tokens=torch.tensor(made), confidence=conf)
                 k = [min(a, b) for a, b in zip(made, sched(prop).tolist())]
             draft_s = DRAFT_SECONDS[0] + DRAFT_SECONDS[1] * width
         else:
             caps, k, draft_s = None, [0] * n, 0.0
-        acc = [min(a, v) for (_, _, a), v in zip(rows, k)]
+        acc = [min(a, v) for (_, _, a, _), v in zip(rows, k)]
         w = max(k, default=0)
         step_s = prices(n, w)
         if sched is not None and D > 0:
+            emitted = {"emitted": [table.gens[r][at[r]:at[r] + a + 1] for r, a in zip(active, acc)]} if sees else {}
             sched.observe(k, acc, draft_s, int(width) if drafting else 0, offered=caps,
-                          target_seconds=step_s, catch_up=fresh and drafting)
+                          target_seconds=step_s, catch_up=fresh and drafting, **emitted)
         fresh = fresh and not drafting
         seconds += step_s + draft_s
         steps += 1

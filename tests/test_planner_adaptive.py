@@ -722,8 +722,9 @@ def test_a_row_alone_from_its_first_step_gets_no_factor_of_its_own():
     last is the one that accepted least. A request decoded alone is not picked out that way, and its
     factor only locked it in: once low, its drafts were no longer verified, so it never recovered.
     Replayed (benchmarks/adaptive_replay.py), prompt lookup at batch 1, 1k tokens, ran at 0.962 of
-    D = 4 with the factor and 1.000 without (BENCHMARKS §5.0k). Here a row alone that accepted none
-    of its first drafts is verified as a row never seen; one that shared its batch is not."""
+    D = 4 with the factor and 1.000 without (BENCHMARKS §5.0k). Here, with an engine that does not
+    report emitted tokens, a row alone that accepted none of its first drafts is verified as a row
+    never seen; one that shared its batch is not."""
     import copy
 
     def prop(B):
@@ -750,6 +751,37 @@ def test_a_row_alone_from_its_first_step_gets_no_factor_of_its_own():
             assert widths[0] == widths[1] > 0, widths
 
 
+def test_a_row_alone_whose_unverified_drafts_are_seen_gets_a_factor_and_is_not_locked_in():
+    """Where its unverified drafts are seen (`_shadow`), a row alone gets a factor too: a request
+    that repeats itself is verified deeper than the pooled calibration says, one that does not,
+    less. The lock-in of the test above is gone: a row verified less still has its drafts checked
+    against what the target emits, and its factor comes back once they match."""
+    import copy
+
+    def width(sched, row):
+        alone = copy.deepcopy(sched)
+        alone.draft_cap(1, 4, rows=[row])
+        return int(alone(Proposal(tokens=torch.zeros(1, 4, dtype=torch.long), num_tokens=torch.tensor([4]),
+                                  confidence=torch.full((1, 4), 0.6)))[0])
+
+    sched = _priced(AdaptiveDraftLength(lambda N: 1.0 / (0.01 + 0.002 * N), probe_every=10 ** 6, prior_weight=1e6))
+    sched.sees_emitted = True
+    pos, widths = 0, []
+    for phase, right in ((0, 0), (1, 4)):       # drafts matching the text: none, then all four
+        for _ in range(30):
+            sched.draft_cap(1, 4, rows=["solo"])
+            drafts = [pos + j if j < right else -1 for j in range(4)]
+            k = int(sched(Proposal(tokens=torch.tensor([drafts]), num_tokens=torch.tensor([4]),
+                                   confidence=torch.full((1, 4), 0.6)))[0])
+            a = min(k, right)
+            sched.observe([k], [a], 1e-6, 4, offered=[4], target_seconds=0.012 + 0.002 * k,
+                          emitted=[list(range(pos, pos + a + 1))])
+            pos += a + 1
+        widths.append((width(sched, "solo"), width(sched, "new")))
+    (low, new0), (high, new1) = widths
+    assert low < new0 and high > new1, widths
+
+
 def test_proposals_left_unverified_count_at_their_calibrated_acceptance():
     """Acceptance per position decides how many to draft; the per-step schedule decides which
     proposals to verify. Learned from the verified ones alone (and from rows proposing nothing,
@@ -767,6 +799,100 @@ def test_proposals_left_unverified_count_at_their_calibrated_acceptance():
         sched.observe([0], [0], 1e-6, 4, offered=[4], target_seconds=0.01)
     first = sched.position_alpha()[0]
     assert first == pytest.approx(0.45, abs=0.03), first
+
+
+def test_drafts_left_unverified_are_learned_from_what_the_target_emits():
+    """Where the engine reports each row's emitted tokens (`sees_emitted`), a draft left
+    unverified is observed all the same: it would have been accepted exactly when it equals the
+    token the target emits there (`_shadow`). Verifying costs a hundred plain steps, so nothing is
+    verified; every proposal's first two drafts are the text's next tokens and the third is wrong.
+    The first draft is settled by the step's own token, the second by the next step's, the third
+    by the one after — no imputation, and nothing past a rejection."""
+    sched = _priced(AdaptiveDraftLength(lambda N: 1.0 / (0.01 + (N - 1)), alpha=0.3, probe_every=10 ** 6))
+    sched.sees_emitted = True
+    text, n = list(range(1000)), 40
+    for t in range(n):
+        prop = Proposal(tokens=torch.tensor([[text[t], text[t + 1], -1, -1]]), num_tokens=torch.tensor([4]),
+                        confidence=torch.full((1, 4), 0.9))
+        sched.draft_cap(1, 4, rows=["r"])
+        assert int(sched(prop)[0]) == 0
+        sched.observe([0], [0], 1e-6, 4, offered=[4], target_seconds=0.01, emitted=[[text[t]]])
+    assert sched._pos_n[:4] == [n, n - 1, n - 2, 0] and sched._pos_acc[:4] == [n, n - 1, 0, 0]
+    # (without the emitted tokens, every position would count at the calibrated 0.9: the test above)
+    w = sched.prior_weight
+    assert sched.position_alpha()[:3] == pytest.approx([(n + w * 0.3) / (n + w), (n - 1 + w * 0.3) / (n - 1 + w),
+                                                        w * 0.3 / (n - 2 + w)])
+    # drafts behind a verified one the target rejected were never reached: nothing to observe
+    sched = _priced(AdaptiveDraftLength(lambda N: 1.0 / (0.01 + 0.005 * N), probe_every=10 ** 6))
+    sched.sees_emitted = True
+    sched.draft_cap(1, 4, rows=["r"])
+    prop = Proposal(tokens=torch.tensor([[5, 6, 7, 8]]), num_tokens=torch.tensor([4]),
+                    confidence=torch.tensor([[0.9, 0.2, 0.2, 0.2]]))
+    assert int(sched(prop)[0]) == 1
+    sched.observe([1], [0], 1e-6, 4, offered=[4], target_seconds=0.01, emitted=[[9]])
+    assert sched._pos_n[:4] == [1, 0, 0, 0] and not sched._shadows
+
+
+def _lookup_requests(sched, requests, seed: int = 0, D: int = 8, tokens: int = 48):
+    """Prompt lookup at batch 1 over `requests`, each (share of 3-token matches, their per-draft
+    acceptance), `tokens` each, as the engine drives it with row ids and emitted tokens: a 1-token
+    match (share 0.4) has its first draft accepted 10 % (later ones 50 %), else no match; confidence
+    m / (m + 2). A step verifying w drafts costs 10 ms·(1 + 0.2 w), drafting 0.04 ms a token.
+    Returns per step (request, cap, verified, tokens, seconds)."""
+    import random
+    rng, out, pos = random.Random(seed), [], 0
+    for q, (strong, p3) in enumerate(requests):
+        left = tokens
+        while left > 0:
+            cap = sched.draft_cap(1, D, remaining=[left - 1], rows=[q])
+            u = rng.random()
+            n = 3 if u < strong else 1 if u < strong + 0.4 else 0
+            made = min(cap, left - 1) if n else 0
+            truth = 0       # drafts the target would accept, verified or not
+            while truth < made and rng.random() < (p3 if n == 3 else 0.1 if truth == 0 else 0.5):
+                truth += 1
+            drafts = ([pos + j for j in range(truth)] + [-1] * cap)[:cap]     # the text is 0, 1, 2, …
+            conf = [(n + j) / (n + j + 2) if made else 0.0 for j in range(cap)]
+            v = int(sched(Proposal(tokens=torch.tensor([drafts]).reshape(1, cap), num_tokens=torch.tensor([made]),
+                                   confidence=torch.tensor([conf]).reshape(1, cap)))[0]) if cap else 0
+            a = min(truth, v)
+            e = min(a + 1, left)
+            ts, td = 0.010 * (1 + 0.2 * v), 0.00004 * cap
+            sched.observe([v], [a], draft_seconds=td, drafted=cap, offered=[cap], target_seconds=ts,
+                          emitted=[list(range(pos, pos + a + 1))])
+            out.append((q, cap, v, e, ts + td))
+            pos, left = pos + e, left - e
+    return out
+
+
+def test_seeing_its_unverified_drafts_prompt_lookup_at_batch_1_does_not_stall():
+    """Requests differ: three in ten repeat themselves (3-token matches, 90 % of drafts accepted),
+    the rest do not (15 %); the first twelve are of the second kind. Prompt lookup at batch 1 then
+    stops drafting (`_shape_cap`), and only probes can show it that later requests pay — probes
+    that verify eight drafts cost ~0.9 of a plain step, so the budget allows a few, the choice is
+    a knife edge on them, and in some runs it stays plain for good: 1.00× plain decoding over
+    requests 40–79, where drafting and verifying by the proposals gains 8–15 %. Replayed on the
+    1k-token set under the machine's noise, 2 runs in 8 at batch 1 (BENCHMARKS §5.0). Seeing what
+    the target emits, a probe only drafts (`_shadow`: drafting is all it costs) and the choice
+    follows the requests. Where no proposal pays, it still stops drafting."""
+    import random
+    rng = random.Random(5)
+    requests = [(0.1, 0.15)] * 12 + [((0.6, 0.9) if rng.random() < 0.3 else (0.1, 0.15)) for _ in range(68)]
+    prior = lambda N: 1 / (0.010 * (1 + 0.2 * (N - 1)))  # noqa: E731
+    rates = {}
+    for sees in (False, True):
+        for seed in (5, 7):
+            sched = AdaptiveDraftLength(prior, alpha=0.7)
+            sched.sees_emitted = sees
+            tail = [s for s in _lookup_requests(sched, requests, seed) if s[0] >= 40]
+            rates[sees, seed] = sum(s[3] for s in tail) / sum(s[4] for s in tail)
+    assert min(rates[False, s] for s in (5, 7)) < 101, rates       # plain decoding: 100 tokens/s
+    assert min(rates[True, s] for s in (5, 7)) > 105, rates
+    weak = AdaptiveDraftLength(prior, alpha=0.7)
+    weak.sees_emitted = True
+    tail = _lookup_requests(weak, [(0.0, 0.9)] * 30)[-400:]
+    assert sum(s[1] > 0 for s in tail) <= 8
+    assert sum(s[3] for s in tail) / sum(s[4] for s in tail) > 0.98 * 100
 
 
 def test_rows_behind_left_unverified_count_as_one_at_their_joint_acceptance():

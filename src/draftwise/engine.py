@@ -89,6 +89,10 @@ def decode(
     fresh = skippable     # its first proposal also feeds it the prompts: a one-off, not a price
     if learner is not None:
         learner.skips_idle = skippable   # a step that drafts nothing then costs the drafter nothing
+    # one that can read each row's emitted tokens (`AdaptiveDraftLength._shadow`) gets them
+    sees = learner is not None and hasattr(learner, "sees_emitted")
+    if sees:
+        learner.sees_emitted = True
 
     # Prefill all but the last prompt token; the loop then starts with that token pending, so the
     # first step already speculates and every generated token comes out of a verification step.
@@ -147,9 +151,10 @@ def decode(
 
         stamp = now()
         acc_l, nxt_l, drafts_l, k_l = num_acc.tolist(), nxt.tolist(), drafts.tolist(), k.tolist()
-        emitted = []
+        emitted, news = [], []
         for j, i in enumerate(active):
             new = drafts_l[j][: acc_l[j]] + [nxt_l[j]]
+            news.append(new)
             taken = stopper.cut(reqs[i], new)
             reqs[i].accept_lengths.append(acc_l[j] + 1)
             reqs[i].num_drafted.append(k_l[j])
@@ -169,7 +174,7 @@ def decode(
             # verification look 2.0 plain steps at batch 1 where the whole step cost 1.7)
             learner.observe(k_l, acc_l, t_drafter if drafting else 0.0, int(prop.tokens.shape[1]),
                             offered=caps_l if drafting else None, target_seconds=time.perf_counter() - t0 - t_drafter,
-                            catch_up=fresh and drafting)
+                            catch_up=fresh and drafting, **({"emitted": news} if sees else {}))
         fresh = fresh and not drafting
         active, ctx = _drop_finished(reqs, active, ctx, target, drafter)
         stats.steps[-1].t_other = (time.perf_counter() - t0) - stats.steps[-1].t_target - stats.steps[-1].t_drafter

@@ -294,6 +294,10 @@ class AdaptiveDraftLength:
       says): what to verify is then decided per step from the row's confidence (for prompt
       lookup, from the matched length: first-draft acceptance 20–39 % after a 1-token match,
       59–82 % after a 3-token one), not from the average behind argmax_D;
+    - drafts left unverified (`_shadow`, where the engine reports the tokens each row emitted
+      and the drafts are exact tokens: greedy decoding, or a drafter without probabilities): each
+      is checked against what the target emitted there, so calibration and acceptance learn
+      from every draft proposed, not only from those the schedule chose;
     - proposals the drafter did not make (prompt lookup without a match, or a match shorter than
       offered) count as rejections at the first missing position, and the share of rows that
       propose anything, r, weighs the step time as in the planner: with probability (1 − r)^B no
@@ -330,7 +334,9 @@ class AdaptiveDraftLength:
       standing (the whole budget again once one moves it); a probe waits while the model's price
       of it would overrun the budget, and then is charged what it measured over the model's price
       of the choice it displaced: at batch 8 a full-length probe costs 0.7 of a plain step, and
-      where drafting never pays that bound is the whole price of being adaptive;
+      where drafting never pays that bound is the whole price of being adaptive. Where drafting
+      is free and `_shadow` sees the drafts, a probe only drafts: what to verify stays with the
+      per-step schedule, and drafting is all it costs;
     - plain steps decided ahead: while the choice is plain decoding, the steps until the next
       refresh of the step times or probe check are decided at once (`_coast`).
     """
@@ -367,6 +373,7 @@ class AdaptiveDraftLength:
         # end, `static_worth`); False counts every token alike, as where finished rows are refilled
         self.static_batch = static_batch
         self.skips_idle = False  # set by the engine: a step drafting nothing costs the drafter nothing
+        self.sees_emitted = False   # set by the engine: `observe` gets the tokens each row emitted (`_shadow`)
         self.draft_token_seconds = draft_token_seconds   # batch size → seconds a drafted token, measured ahead
         self.reset_stats()
 
@@ -415,6 +422,10 @@ class AdaptiveDraftLength:
         self._remaining: Optional[list[int]] = None   # per row, tokens it may still generate this step
         self._shapes: dict[tuple, list] = {}   # batch 1, drafting the most: confidence bins → [steps, raw row]
         self._full = False                     # this step drafts the most at batch 1 (its shape is noted)
+        self._made_now: dict = {}              # row → its drafts left unverified this step (`_check_shadow`'s item)
+        self._shadows: dict = {}               # row key → such lists still being checked (`_shadow`)
+        self._one_hot = False                  # the last proposal drafted without probabilities
+        self._shadow_probe = False             # this step is a probe that only drafts (`_decide_cap`)
 
     def refresh_curves(self) -> None:
         """Forget the curves looked up per batch size (a new one was measured); keeps what was learned."""
@@ -727,7 +738,9 @@ class AdaptiveDraftLength:
         self._row_ids = None if rows is None else list(rows)
         if rows is not None and len(self._row_fit) > len(self._row_ids):    # rows done: forget them
             self._row_fit = {i: self._row_fit[i] for i in self._row_ids if i in self._row_fit}
-        if rows is not None and len(self._row_ids) > 1:     # rows sharing a step get a factor
+        if rows is not None and (len(self._row_ids) > 1 or self.sees_emitted):   # rows sharing a step get a factor,
+            # and every row where its unverified drafts are seen too (`_shadow`): a factor that
+            # locks a row into verifying nothing is then corrected by the drafts it leaves
             for i in self._row_ids:
                 self._row_fit.setdefault(i, [0.0, 0.0])
         self._pending = float(catch_up)
@@ -758,6 +771,7 @@ class AdaptiveDraftLength:
         n = min(left, due, self.COAST)
         if n > 0:
             self._coast_b, self._coast_left = batch_size, n
+            self._shadows = {}       # coasted steps are not looked at: what they emit goes unseen
 
     def _fold_coast(self) -> None:
         """Fold the coasted plain steps' times into the step-time statistics exactly as `observe`
@@ -818,10 +832,20 @@ class AdaptiveDraftLength:
             # observed) could not recover — but only while the evidence leaves room for it to pay:
             # under optimistic acceptance (upper confidence bounds) the probe's length must beat
             # the choice. Once enough steps rule that out, probes stop costing anything.
-            full = self._probe_cost(batch_size, best, max_draft)
-            D = max_draft if full <= self.probe_budget else best + 1
-            price = (full if D == max_draft else self._probe_cost(batch_size, best, D)) * self.target_time(batch_size, 0) \
-                + self._catch_up_price(batch_size)
+            choice = self._free_cap(batch_size, max_draft) if free else best
+            # where drafting is free and `_shadow` sees what each draft would have done, a probe
+            # only drafts the most and leaves what to verify to the per-step schedule: drafting is
+            # all it costs (~0.02 of a plain step for prompt lookup, where verifying 8 drafts costs
+            # 0.86), so ~40 times as many fit the budget
+            shadow = free and choice < max_draft and self.sees_emitted and self._one_hot
+            if shadow:
+                draft = self._draft_cost()
+                D, price = max_draft, draft(max_draft) - draft(choice) + self._catch_up_price(batch_size)
+            else:
+                full = self._probe_cost(batch_size, best, max_draft)
+                D = max_draft if full <= self.probe_budget else best + 1
+                price = (full if D == max_draft else self._probe_cost(batch_size, best, D)) * self.target_time(batch_size, 0) \
+                    + self._catch_up_price(batch_size)
             # each probe after which the choice stood shrinks the budget: after k of them in a row
             # probes may cost explore/(1 + k) of the time decoded, so where drafting never pays
             # their share falls as 1/√time instead of staying at `explore` (0.3–0.7 % of the
@@ -834,12 +858,15 @@ class AdaptiveDraftLength:
             elif self._best_cap(batch_size, D, self.optimism) > best or (
                     free and batch_size == 1 and D == max_draft
                     and self._shape_cap(max_draft, self.optimism) > self._shape_cap(max_draft)):
-                choice = self._free_cap(batch_size, max_draft) if free else best
                 if self._probe_choice is not None:
                     self._futile = self._futile + 1 if choice == self._probe_choice else 0
                 self._probe_choice = choice
                 self._since_probe = 0
                 self._interval = self.probe_every if best > 0 else min(2 * self._interval, self.max_probe_interval)
+                if shadow:      # charged its model price: a step's noise would swamp a drafting cost
+                    self._explored += price
+                    self._shadow_probe = True
+                    return D
                 self._probing = True
                 self._charge = self._step_time(batch_size)(best)
                 return D
@@ -990,13 +1017,14 @@ class AdaptiveDraftLength:
 
     def observe(self, verified: Union[torch.Tensor, list], accepted: Union[torch.Tensor, list],
                 draft_seconds: float = 0.0, drafted: int = 0, offered: Union[torch.Tensor, list, None] = None,
-                target_seconds: float = 0.0, catch_up: bool = False) -> None:
+                target_seconds: float = 0.0, catch_up: bool = False, emitted: Optional[list] = None) -> None:
         """The verdict of the step just verified: per row, verified drafts and accepted drafts;
         `offered`, per row, the drafts the drafter was asked for (the engine's caps); tensors or
         lists (the engine passes the lists it already made);
         `target_seconds`, the step's time besides drafting (verification and bookkeeping);
         `catch_up`, whether the drafter also absorbed the prompts this step (its first proposal
-        in a batch)."""
+        in a batch); `emitted`, per row, the tokens it emitted this step (accepted drafts, then the
+        target's own), from an engine that sets `sees_emitted` (`_shadow`)."""
         if not self.learn:
             return
         if self._coast_b is not None and self._raw is None and not draft_seconds and self._charge is None:
@@ -1005,6 +1033,12 @@ class AdaptiveDraftLength:
             self._coast_acc[1] = self._coast_acc[1] * self.FORGET + target_seconds
             return
         ver = verified if isinstance(verified, list) else verified.tolist()
+        made_now, self._made_now = self._made_now, {}
+        if emitted is not None and self.sees_emitted and (made_now or self._shadows):
+            self._shadow(ver, accepted if isinstance(accepted, list) else accepted.tolist(), emitted, made_now)
+        if self._shadow_probe:
+            self._shadow_probe = False
+            self._shape_best.clear()     # a probe: decide afresh with what its drafts showed
         self._elapsed += target_seconds + draft_seconds
         if self._charge is not None:
             # what the probe really cost over the choice it displaced, measured: priced by the
@@ -1086,7 +1120,7 @@ class AdaptiveDraftLength:
                 if behind:
                     lag_n[j] += 1.0
                     lag_acc[j] += y
-            if left[r]:
+            if left[r] and r not in made_now:     # (drafts `_shadow` follows are observed as they come)
                 # proposed, reached, and left unverified by the per-step schedule: counted at the
                 # acceptance calibrated for them. Left out, the acceptance per position was learned
                 # from the proposals the schedule chose (and from rows proposing nothing, always
@@ -1110,7 +1144,9 @@ class AdaptiveDraftLength:
                     if behind:
                         lag_n[m] += 1.0
         group = [r for r in range(len(rows)) if lagging is None or lagging[r]]
-        if group and all(left[r] and ver[r] == 0 for r in group):
+        # (a row alone at the back, or every row where none is known to be, `_shadow` observes)
+        followed = made_now and (lagging is None or len(group) == 1) and all(r in made_now for r in group)
+        if group and not followed and all(left[r] and ver[r] == 0 for r in group):
             # the rows behind, all proposing and none verified: their acceptance stands for the
             # batch's end, which moves only where every one of them accepts — one observation at
             # the product of their calibrated acceptances. Counted a row at a time at each row's
@@ -1125,6 +1161,63 @@ class AdaptiveDraftLength:
                 reach *= both
                 if reach <= 0.0:
                     break
+
+    def _shadow(self, ver: list, acc: list, emitted: list, made_now: dict) -> None:
+        """Drafts left unverified, checked against what the target then emitted: a draft at
+        position j is accepted exactly when it equals the token the target emits there, given the
+        drafts before it matched (greedy: the same argmax; sampled, for a drafter without
+        probabilities, the chance is p(x) either way). So every draft proposed is observed,
+        verified or not, for the price of drafting it. Learned only from verified drafts, the
+        calibration saw the proposals the schedule chose: where it left them all unverified
+        (prompt lookup at batch 1 and 2, 1k tokens, replayed under noise: a 3-token match
+        calibrated 0.35 for a first draft accepted 0.61 of the time) it never saw another and
+        stayed plain.
+        Decisions read only tokens already emitted, so output stays lossless. A row is followed
+        across steps by the engine's row id (by its index alone at batch 1)."""
+        ids = self._row_ids
+        keys = ids if ids is not None and len(ids) == len(ver) else [0] if len(ver) == 1 else [None] * len(ver)
+        kept: dict = {}
+        for r, toks in enumerate(emitted):
+            k = keys[r] if r < len(keys) else None
+            if k is None or k not in self._shadows:
+                continue
+            left = [it for it in self._shadows[k] if self._check_shadow(it, toks)]
+            if left:
+                kept[k] = left
+        for r, it in made_now.items():
+            # the drafts after the verified ones were reached only if every verified one was accepted
+            if r < len(emitted) and acc[r] == ver[r] and self._check_shadow(it, emitted[r][acc[r]:]):
+                if keys[r] is not None:
+                    kept.setdefault(keys[r], []).append(it)
+        self._shadows = kept
+
+    def _check_shadow(self, item: list, tokens: list) -> bool:
+        """Observe the drafts of `item` ([position, drafts, raw confidences, behind, calibrated
+        confidences, the row's `_row_fit`]) the tokens emitted reach; True while some are left."""
+        j, drafts, confs, behind, cal, fit = item
+        K, P, i = self.BINS, self.MAX_POS, 0
+        for t in tokens:
+            if i >= len(drafts) or j >= P:
+                break
+            y = 1.0 if t == drafts[i] else 0.0
+            b = min(int(confs[i] * K), K - 1)
+            self._pos_n[j] += 1.0
+            self._pos_acc[j] += y
+            self._bin_n[j][b] += 1.0
+            self._bin_acc[j][b] += y
+            if behind:
+                self._lag_n[j] += 1.0
+                self._lag_acc[j] += y
+            if fit is not None:
+                fit[0] += cal[i]
+                fit[1] += y
+            if not y:
+                return False
+            i, j = i + 1, j + 1
+        item[0], item[1], item[2] = j, drafts[i:], confs[i:]
+        if cal is not None:
+            item[4] = cal[i:]
+        return bool(item[1]) and j < P
 
     def _count_observed(self) -> None:
         """One more step observed. The choice moves slowly once a few dozen steps are in: decide
@@ -1182,16 +1275,21 @@ class AdaptiveDraftLength:
         of 2 (prompt lookup, 256 tokens) rows accepted 0.47–0.67 of the drafts their calibrated
         confidences expected, the rows of 2 1.09–1.18 (BENCHMARKS §5.0j). With a weaker prior
         (2, 4) a row's few first steps made its factor noise. A row alone in its batch from its
-        first step keeps 1: nothing picks it out, and its factor only locked it in — once low, its
-        drafts went unverified and it never recovered (prompt lookup replayed at batch 1, 1k
-        tokens: 0.962 of D = 4 with it, 1.000 without; BENCHMARKS §5.0k). None without row ids."""
+        first step keeps 1 unless its unverified drafts are seen (`_shadow`): learned from verified
+        drafts alone its factor only locked it in — once low, its drafts went unverified and it
+        never recovered (prompt lookup replayed at batch 1, 1k tokens: 0.962 of D = 4 with it,
+        1.000 without; BENCHMARKS §5.0k). Seen, they keep correcting it, and a request that
+        repeats itself is verified deeper than the pooled calibration says (replayed at batch 1,
+        256 tokens, under noise: min 1.045 of the best fixed D over 8 runs with it, 1.009 over 6
+        with the drafts seen but no factor; BENCHMARKS §5.0). None without row ids."""
         ids = self._row_ids
         if ids is None or len(ids) != batch_size:
             return None
         k, fit, out = self.ROW_PRIOR, self._row_fit, []
         for i in ids:
             e = fit.get(i)
-            out.append(1.0 if e is None else (e[1] + k) / (e[0] + k))
+            # in steps of 1/32: at batch 1 a decision is kept per (shape, factor) (`_schedule`)
+            out.append(1.0 if e is None else round(32.0 * (e[1] + k) / (e[0] + k)) / 32.0)
         return out
 
     def sps_at(self, batch_size: int) -> Callable[[float], float]:
@@ -1250,6 +1348,29 @@ class AdaptiveDraftLength:
         self._shape_count += 1.0
 
     def __call__(self, proposal) -> torch.LongTensor:
+        out = self._schedule(proposal)
+        self._one_hot = getattr(proposal, "probs", None) is None
+        if self.learn and self.sees_emitted and self._one_hot and self._proposed:
+            self._keep_unverified(proposal, out)
+        return out
+
+    def _keep_unverified(self, proposal, out: torch.Tensor) -> None:
+        """Note the drafts proposed but left unverified this step, for `_shadow`."""
+        made, self._made_now = self._proposed, {}
+        ver = out.tolist()
+        if all(v >= m for v, m in zip(ver, made)):
+            return
+        tokens, raw, behind, ids = proposal.tokens.tolist(), self._raw, self._behind(), self._row_ids
+        alone = behind is not None and len(behind) == len(made) and sum(behind) == 1
+        fits = [self._row_fit.get(i) for i in ids] if ids is not None and len(ids) == len(made) else [None] * len(made)
+        for r, (v, m) in enumerate(zip(ver, made)):
+            if v < m:
+                conf = [float(c) for c in raw[r][v:m]]
+                cal = (self._cal[r] if self._cal is not None else self._calibrate_rows([list(raw[r][:m])])[0])[v:m] \
+                    if fits[r] is not None else None
+                self._made_now[r] = [v, tokens[r][v:m], conf, behind is None or (alone and behind[r]), cal, fits[r]]
+
+    def _schedule(self, proposal) -> torch.LongTensor:
         num = proposal.num_tokens
         if self.max_tokens is not None:
             num = num.clamp(max=self.max_tokens)
