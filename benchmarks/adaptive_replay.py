@@ -175,6 +175,8 @@ def main() -> None:
     ap.add_argument("--times", default=None, metavar="UNITS_JSONL", help="price steps at a real run's medians")
     ap.add_argument("--jitter", type=float, default=0.0, help="log-normal sd of each step's time")
     ap.add_argument("--seed", type=int, default=0, help="of the jitter")
+    ap.add_argument("--seeds", type=int, default=None, metavar="N",
+                    help="replay under jitter seeds 0 … N−1 and summarise adaptive / best fixed (min, median)")
     ap.add_argument("--versus", default=None, metavar="PATH", help="also another adaptive.py's scheduler")
     ap.add_argument("--write-times", default=None, metavar="JSON", help="save the price table --times gave")
     ap.add_argument("--explain", action="store_true",
@@ -194,14 +196,16 @@ def main() -> None:
     cm = CostModel(tgt.model.config, args.adaptive)
     cost = lambda b: cm.sps_curve(b, int(L) + args.max_new_tokens // 2)  # noqa: E731
     schedulers = [("adaptive", AdaptiveDraftLength)] + ([("versus", scheduler_class(args.versus))] if args.versus else [])
+    ratios: dict = {}
     print(f"prompt lookup, {args.dataset}, replayed: rate after round 1 / plain decoding (steps, verifying)")
-    for B in args.batch_size:
+    seeds = range(args.seeds) if args.seeds else [args.seed]
+    for B, seed in itertools.product(args.batch_size, seeds):
         def run(D, cls=None):
             sched = None
             if cls is not None:   # built as generate(adaptive=profile) builds it
                 sched = dw.api._adaptive_scheduler(tgt, args.adaptive, prompts[:B], D, object(), args.max_new_tokens,
                                                    scheduler_cls=cls)
-            prices = Prices(cost, measured, args.jitter, seed=args.seed * 1000 + B)
+            prices = Prices(cost, measured, args.jitter, seed=seed * 1000 + B)
             tok = sec = st = ver = 0
             for r in range(args.rounds):
                 for i in range(0, args.requests, B):
@@ -213,13 +217,18 @@ def main() -> None:
         base = run(0)[0][0]
         cells = [(f"D={D}", run(D)[0]) for D in range(1, args.D + 1)]
         best = max(cells, key=lambda c: c[1][0])
-        line = [f"batch {B}: best fixed {best[0]} {best[1][0] / base:.3f}"]
+        line = [f"batch {B}" + (f", seed {seed}" if args.seeds else "") + f": best fixed {best[0]} {best[1][0] / base:.3f}"]
         explained = []
         for name, cls in schedulers:
             (rate, st, ver), sched = run(args.D, cls)
-            line.append(f"{name} {rate / base:.3f} ({rate / max(base, best[1][0]):.3f} of best; {st} steps, {ver} verifying)")
+            of_best = rate / max(base, best[1][0])
+            line.append(f"{name} {rate / base:.3f} ({of_best:.3f} of best; {st} steps, {ver} verifying)")
             explained.append((name, sched))
+            ratios.setdefault((B, name), []).append(of_best)
         print("  " + " | ".join(line))
+        if args.seeds and seed == seeds[-1]:
+            print(f"  batch {B} over {len(seeds)} seeds, of the best fixed D (or plain): " + " | ".join(
+                f"{name} min {min(ratios[B, name]):.3f} median {median(ratios[B, name]):.3f}" for name, _ in schedulers))
         if args.explain:
             D = int(best[0][2:])
             explained.append((f"verifying every proposal at {best[0]}", run(D, verify_all(D))[1]))

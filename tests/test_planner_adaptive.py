@@ -981,6 +981,37 @@ def test_engine_adaptive_from_a_hardware_profile_is_lossless():
     assert key == (4, "h100-sxm", 3)      # D, curve source, context octave (mean prompt 6.5 → 2³)
 
 
+def test_the_engine_shows_the_scheduler_what_each_row_emitted():
+    """The engine hands `observe` each row's emitted tokens (`sees_emitted`): together they are the
+    row's output, and the drafts the scheduler left unverified are learned from them. Verifying
+    costs a whole plain step per token here, so no draft is verified, yet acceptance per position
+    is observed — and greedy output is still the target's own."""
+    import draftwise
+    from tiny_models import build
+
+    log = []
+
+    class Recording(AdaptiveDraftLength):
+        def observe(self, *a, emitted=None, **kw):
+            log.append(emitted)
+            super().observe(*a, emitted=emitted, **kw)
+
+    model = build("llama", seed=0)
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2, 3], [4, 5, 6, 4, 5, 6, 4]]
+    ref = draftwise.generate(model, prompts, max_new_tokens=16, ignore_eos=True)
+    tgt = draftwise.load_target(model)
+    sched = Recording(sps_for_batch=lambda b: (lambda N: 1.0 / (0.01 + (N - b))), probe_every=10 ** 6,
+                      draft_token_seconds=lambda b: 1e-6)
+    out = draftwise.generate(tgt, prompts, drafter=draftwise.build_drafter("ngram", tgt), num_draft_tokens=4,
+                             max_new_tokens=16, ignore_eos=True, adaptive=sched)
+    assert [o.token_ids for o in out] == [o.token_ids for o in ref]
+    assert sched.sees_emitted and all(len(e) == 2 for e in log)
+    for r, o in enumerate(out):
+        assert [t for e in log for t in e[r]][:len(o.token_ids)] == list(o.token_ids)
+    assert all(n == 0 for o in out for n in o.num_drafted)      # nothing verified …
+    assert sched._pos_n[0] > 0 and sched._pos_acc[0] > 0         # … yet drafts were observed
+
+
 def test_another_scheduler_class_is_built_and_kept_as_generates_own():
     """benchmarks/adaptive_ab.py --versus runs another version of AdaptiveDraftLength side by side:
     it is built from the same curve source and kept per drafter like generate's own, and the engine
