@@ -872,9 +872,9 @@ def test_seeing_its_unverified_drafts_prompt_lookup_at_batch_1_does_not_stall():
     that verify eight drafts cost ~0.9 of a plain step, so the budget allows a few, the choice is
     a knife edge on them, and in some runs it stays plain for good: 1.00× plain decoding over
     requests 40–79, where drafting and verifying by the proposals gains 8–15 %. Replayed on the
-    1k-token set under the machine's noise, 2 runs in 8 at batch 1 (BENCHMARKS §5.0). Seeing what
-    the target emits, a probe only drafts (`_shadow`: drafting is all it costs) and the choice
-    follows the requests. Where no proposal pays, it still stops drafting."""
+    1k-token set under the machine's noise: 2 runs in 8 at batch 1 (BENCHMARKS, session 22).
+    Seeing what the target emits, a probe only drafts (`_shadow`: drafting is all it costs) and
+    the choice follows the requests. Where no proposal pays, it still stops drafting."""
     import random
     rng = random.Random(5)
     requests = [(0.1, 0.15)] * 12 + [((0.6, 0.9) if rng.random() < 0.3 else (0.1, 0.15)) for _ in range(68)]

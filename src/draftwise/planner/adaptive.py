@@ -844,8 +844,8 @@ class AdaptiveDraftLength:
             else:
                 full = self._probe_cost(batch_size, best, max_draft)
                 D = max_draft if full <= self.probe_budget else best + 1
-                price = (full if D == max_draft else self._probe_cost(batch_size, best, D)) * self.target_time(batch_size, 0) \
-                    + self._catch_up_price(batch_size)
+                cost = full if D == max_draft else self._probe_cost(batch_size, best, D)
+                price = cost * self.target_time(batch_size, 0) + self._catch_up_price(batch_size)
             # each probe after which the choice stood shrinks the budget: after k of them in a row
             # probes may cost explore/(1 + k) of the time decoded, so where drafting never pays
             # their share falls as 1/√time instead of staying at `explore` (0.3–0.7 % of the
@@ -1281,7 +1281,7 @@ class AdaptiveDraftLength:
         1.000 without; BENCHMARKS §5.0k). Seen, they keep correcting it, and a request that
         repeats itself is verified deeper than the pooled calibration says (replayed at batch 1,
         256 tokens, under noise: min 1.045 of the best fixed D over 8 runs with it, 1.009 over 6
-        with the drafts seen but no factor; BENCHMARKS §5.0). None without row ids."""
+        with the drafts seen but no factor; BENCHMARKS, session 22). None without row ids."""
         ids = self._row_ids
         if ids is None or len(ids) != batch_size:
             return None
