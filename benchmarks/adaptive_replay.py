@@ -12,7 +12,9 @@ cost model's curve from the profile (what the scheduler itself starts from); wit
 medians a real run of the cell measured (`adaptive_ab.py` writes them), which is the fairer test:
 the scheduler then has to learn prices its prior got wrong (`--write-times` keeps that table as
 JSON, which `--times` also reads: benchmarks/results/replay_prices_s15/). `--jitter` multiplies
-each step's time by noise (log-normal, seeded), as a shared machine does. `--explain` prints what
+each step's time by noise (log-normal, seeded), as a shared machine does; `--seeds N` replays
+under N such noise streams and prints min and median over them. As the engine does, the
+scheduler is shown each row's emitted tokens (`sees_emitted`). `--explain` prints what
 each scheduler learned (acceptance per position, of the rows furthest behind) and the rate its
 `draft_cap` model gives each D, also for a scheduler that verifies every proposal at the best
 fixed D: where adaptive D's model and the replay disagree, which input is off.
