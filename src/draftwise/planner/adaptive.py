@@ -1094,9 +1094,8 @@ class AdaptiveDraftLength:
             low = min((acc[r] for r in seen), default=0)
             lagging = [r in seen and acc[r] == low for r in range(len(lagging))]
         self._count_observed()
-        P, K = self.MAX_POS, self.BINS
-        pos_n, pos_acc, bin_n, bin_acc = self._pos_n, self._pos_acc, self._bin_n, self._bin_acc
-        lag_n, lag_acc = self._lag_n, self._lag_acc
+        P = self.MAX_POS
+        pos_n, pos_acc, lag_n, lag_acc = self._pos_n, self._pos_acc, self._lag_n, self._lag_acc
         rows = raw.tolist() if isinstance(raw, np.ndarray) else raw
         ids = self._row_ids if self._row_ids is not None and len(self._row_ids) == len(rows) else None
         # per row: proposed, every draft verified accepted, and some left unverified past them
@@ -1110,16 +1109,7 @@ class AdaptiveDraftLength:
             a = acc[r]
             behind = lagging is None or lagging[r]
             for j in range(min(ver[r], a + 1, P, len(conf))):     # positions reached and verified
-                y = 1.0 if j < a else 0.0
-                b = int(conf[j] * K)
-                b = b if b < K else K - 1
-                pos_n[j] += 1.0
-                pos_acc[j] += y
-                bin_n[j][b] += 1.0
-                bin_acc[j][b] += y
-                if behind:
-                    lag_n[j] += 1.0
-                    lag_acc[j] += y
+                self._tally(j, conf[j], 1.0 if j < a else 0.0, behind)
             if left[r] and r not in made_now:     # (drafts `_shadow` follows are observed as they come)
                 # proposed, reached, and left unverified by the per-step schedule: counted at the
                 # acceptance calibrated for them. Left out, the acceptance per position was learned
@@ -1162,6 +1152,18 @@ class AdaptiveDraftLength:
                 if reach <= 0.0:
                     break
 
+    def _tally(self, j: int, conf: float, y: float, behind: bool) -> None:
+        """One draft at position j with raw confidence `conf` reached: accepted (y = 1) or not —
+        for the acceptance per position, its calibration bin, and the rows behind."""
+        b = min(int(conf * self.BINS), self.BINS - 1)
+        self._pos_n[j] += 1.0
+        self._pos_acc[j] += y
+        self._bin_n[j][b] += 1.0
+        self._bin_acc[j][b] += y
+        if behind:
+            self._lag_n[j] += 1.0
+            self._lag_acc[j] += y
+
     def _shadow(self, ver: list, acc: list, emitted: list, made_now: dict) -> None:
         """Drafts left unverified, checked against what the target then emitted: a draft at
         position j is accepted exactly when it equals the token the target emits there, given the
@@ -1195,19 +1197,12 @@ class AdaptiveDraftLength:
         """Observe the drafts of `item` ([position, drafts, raw confidences, behind, calibrated
         confidences, the row's `_row_fit`]) the tokens emitted reach; True while some are left."""
         j, drafts, confs, behind, cal, fit = item
-        K, P, i = self.BINS, self.MAX_POS, 0
+        P, i = self.MAX_POS, 0
         for t in tokens:
             if i >= len(drafts) or j >= P:
                 break
             y = 1.0 if t == drafts[i] else 0.0
-            b = min(int(confs[i] * K), K - 1)
-            self._pos_n[j] += 1.0
-            self._pos_acc[j] += y
-            self._bin_n[j][b] += 1.0
-            self._bin_acc[j][b] += y
-            if behind:
-                self._lag_n[j] += 1.0
-                self._lag_acc[j] += y
+            self._tally(j, confs[i], y, behind)
             if fit is not None:
                 fit[0] += cal[i]
                 fit[1] += y
