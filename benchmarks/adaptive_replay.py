@@ -21,7 +21,8 @@ fixed D: where adaptive D's model and the replay disagree, which input is off.
 
 Plain decoding, fixed D = 1 … `-D` and adaptive D (one scheduler learning over `--rounds` passes
 of the requests, as `adaptive_ab.py` runs it) are priced alike; the ratios count the rounds after
-the first. What this leaves out is the Python each choice costs per step (`adaptive_overhead.py`)
+the first (`--warm-rounds`). `--warm-rounds 0 --rounds 1 --prompts OUT/sweep` replays a cell as
+the validation measures it: a fresh scheduler, on the prompts that run fed. What this leaves out is the Python each choice costs per step (`adaptive_overhead.py`)
 and how step times move while a run goes: a schedule that wins here can still lose on the machine,
 one that loses here loses there too.
 """
@@ -164,6 +165,25 @@ def decode(table, batch: list[int], max_new: int, D: int, prices: Prices, sched=
     return tokens, seconds, steps, verifying
 
 
+def run_prompts(run: Path, dataset: str, batch_size: int) -> list[list[int]]:
+    """The token ids a benchmark run in `run` fed for `dataset` at `batch_size`, in its order (a
+    sweep draws its own requests for each batch size, and batches them in the order it ran them)."""
+    by_sha = {}
+    for line in (run / "prompts.jsonl").read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            by_sha[rec["sha"]] = rec["token_ids"]
+    key, shas = None, []
+    for line in (run / "results.jsonl").read_text().splitlines():
+        rec = json.loads(line) if line.strip() else None
+        if rec and rec["dataset"] == dataset and rec["batch_size"] == batch_size and key in (None, rec["key"]):
+            key = rec["key"]
+            shas.append(rec["outputs"][0]["prompt_sha"])
+    if not shas:
+        raise SystemExit(f"{run}/results.jsonl has no request of dataset {dataset!r} at batch size {batch_size}")
+    return [by_sha[s] for s in shas]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="zoo/target")
@@ -184,12 +204,24 @@ def main() -> None:
     ap.add_argument("--explain", action="store_true",
                     help="print what each scheduler learned and the value its model gives each D, also for "
                          "a scheduler that verifies every proposal at the best fixed D")
+    ap.add_argument("--prompts", default=None, metavar="RUN_DIR",
+                    help="the dataset's prompts as a benchmark run fed them (its prompts.jsonl), e.g. a "
+                         "validation's OUT/sweep: the same tokens, so the same proposals")
+    ap.add_argument("--warm-rounds", type=int, default=1,
+                    help="rounds the scheduler learns in before counting; 0 with --rounds 1: from a "
+                         "fresh scheduler, as planner_validation.py measures a cell")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     tgt = dw.load_target(args.target)
-    prompts = [tgt.tokenizer.encode(r.turns[0])
-               for r in load_dataset(args.dataset, tgt.tokenizer, num_requests=args.requests)][:args.requests]
+    if args.prompts and len(args.batch_size) > 1:
+        raise SystemExit("--prompts: one --batch-size at a time (a sweep draws requests per batch size)")
+    if args.prompts:
+        prompts = run_prompts(Path(args.prompts), args.dataset, args.batch_size[0])[:args.requests]
+    else:
+        prompts = [tgt.tokenizer.encode(r.turns[0])
+                   for r in load_dataset(args.dataset, tgt.tokenizer, num_requests=args.requests)][:args.requests]
+    args.requests = min(args.requests, len(prompts))
     table = replay_rows(tgt, prompts, args.max_new_tokens, args.D)
     measured = measured_prices(Path(args.times)) if args.times else None
     if measured and args.write_times:
@@ -199,7 +231,8 @@ def main() -> None:
     cost = lambda b: cm.sps_curve(b, int(L) + args.max_new_tokens // 2)  # noqa: E731
     schedulers = [("adaptive", AdaptiveDraftLength)] + ([("versus", scheduler_class(args.versus))] if args.versus else [])
     ratios: dict = {}
-    print(f"prompt lookup, {args.dataset}, replayed: rate after round 1 / plain decoding (steps, verifying)")
+    counted = f"after round {args.warm_rounds}" if args.warm_rounds else "from a fresh scheduler"
+    print(f"prompt lookup, {args.dataset}, replayed: rate {counted} / plain decoding (steps, verifying)")
     seeds = range(args.seeds) if args.seeds else [args.seed]
     for B, seed in itertools.product(args.batch_size, seeds):
         def run(D, cls=None):
@@ -213,7 +246,7 @@ def main() -> None:
                 for i in range(0, args.requests, B):
                     t, s, n, v = decode(table, list(range(i, min(i + B, args.requests))), args.max_new_tokens, D,
                                         prices, sched)
-                    if r > 0:
+                    if r >= args.warm_rounds:
                         tok, sec, st, ver = tok + t, sec + s, st + n, ver + v
             return (tok / sec, st, ver), sched
         base = run(0)[0][0]

@@ -590,6 +590,44 @@ def test_an_unobserved_batch_size_borrows_the_drift_of_the_nearest_observed():
     assert sched._phi_beta(4)[0] == pytest.approx(4 * 1 / 14, rel=0.05)
 
 
+def test_a_dip_in_the_curve_below_the_batch_does_not_make_a_row_ahead_worthless():
+    """The profile's curve of plain steps: 1–4 rows at 9.8, 13.7, 16.2, 16.0 ms (280 tokens on this
+    CPU, a dip at 4). Plain decoding keeps the rows of a static batch level, so batch 3 is never
+    timed and is read off the curve. Δ from t(4) − t(3) < 0 made φ = 0; fitted through the
+    curve's four points it is ~2.1 ms, φ ≈ 0.53."""
+    ms = {1: 9.77, 2: 13.71, 3: 16.21, 4: 15.99}
+    sched = AdaptiveDraftLength(sps_for_batch=lambda b: (lambda N: 1e3 / ms[b]))
+    for _ in range(50):
+        sched.observe([0] * 4, [0] * 4, target_seconds=0.016)
+    phi, beta = sched._phi_beta(4)
+    assert phi == pytest.approx(4 * 2.116 / 15.99, rel=0.05), phi
+    assert beta == pytest.approx(4 * 9.77 / 15.99 - phi, rel=0.05), beta
+    # batch 2: the two points, as before
+    assert sched._phi_beta(2)[0] == pytest.approx(2 * (13.71 - 9.77) / 13.71, rel=0.05)
+
+
+def test_a_few_dear_wide_steps_move_the_price_of_width_as_their_noise_allows():
+    """Batch 1: the curve prices 5 drafts at 1.7 plain steps and so does the machine, but its steps
+    scatter by ~15 %, and four steps of 5 drafts come out 25 % dear. Worth half a wide step, the
+    curve's price of width followed them to c ≈ 1.5 (5 drafts at ~2.1) and plain decoding then
+    timed nothing to correct it; worth its noise, ~2.5 steps, it moves to c < 1.4."""
+    curve = lambda N: 1.0 / (0.010 * (1.0 + 0.7 * min(N - 1, 5) / 5))   # noqa: E731
+    sched = AdaptiveDraftLength(curve, probe_every=1000)
+    for _ in range(40):
+        sched.observe([0], [0], target_seconds=0.010)
+    for w in [5, 0, 0, 0] * 4:
+        sched.observe([w], [0], target_seconds=0.010 * (1.7 * 1.25 if w else 1.0))
+    sched.refresh_curves()
+    ratio = sched.target_time(1, 3) / sched.target_time(1, 0)     # a width never timed: the slope's
+    assert 1.0 + 0.42 * 1.1 < ratio < 1.0 + 0.42 * 1.4, ratio
+    # many such steps do move it all the way: the machine, not the prior, decides in the end
+    for w in [5, 0, 0, 0] * 100:
+        sched.observe([w], [0], target_seconds=0.010 * (1.7 * 1.25 if w else 1.0))
+    sched.refresh_curves()
+    ratio = sched.target_time(1, 3) / sched.target_time(1, 0)
+    assert ratio == pytest.approx(1.0 + 0.42 * 1.6, rel=0.05), ratio
+
+
 def test_rows_level_at_the_back_teach_the_pace_of_the_slowest():
     """Four rows level (a new static batch): each step one of them accepts every draft, the others
     none. The batch's end moves with the rows that accept least, so the acceptance of the rows

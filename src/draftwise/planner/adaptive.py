@@ -344,7 +344,7 @@ class AdaptiveDraftLength:
     MAX_POS, BINS = 16, 10
     FORGET = 0.98   # a timed step's weight after each later step at its batch size (~50 steps' memory)
     SHAPE_FORGET = 0.999   # the same for a wide step's price against the speed of its moment (~1000)
-    SHAPE_PRIOR = 0.5      # wide steps the curve's price of width is worth (`_slope`)
+    SHAPE_PRIOR = 2.5      # wide steps the curve's price of width is worth (`_slope` says why)
     SMALL = 64      # (row, position) pairs up to which the per-step schedule runs on plain lists
     FAST_UNPROPOSED = True    # `_observe_unproposed` for steps nobody proposed in (False: the general path)
 
@@ -586,7 +586,15 @@ class AdaptiveDraftLength:
         moves by ±10 % within minutes, the price of width had to age as fast as the speed
         (FORGET): an hour-old profile that put 4 drafts at batch 1, 1k tokens, at 1.8 plain steps
         where they cost 1.6 kept adaptive D at plain decoding where D = 4 gained 3.6 %, and at
-        batch 2 priced 8 drafts at 1.13 where they cost 1.5."""
+        batch 2 priced 8 drafts at 1.13 where they cost 1.5.
+        The prior's weight follows the noise: a step's time on this CPU scatters by ~15 % (sd of
+        its log, every width alike), so one step of 5 drafts (x ≈ 0.7) says c to ±0.4, and a
+        profile an hour old is off by ~0.25 — worth (0.4/0.25)² ≈ 2.5 steps. At 0.5, four steps
+        of 5 drafts timed 20 % slow in the first 40 at batch 1 made c = 1.6 (4 drafts at 2.0 plain
+        steps, where they cost 1.7); plain decoding then timed no wide step to correct it, and
+        prompt lookup decoded plain to the end (the validation's 1k requests replayed in another
+        order; in theirs, over 10 noise streams, 2.5 did as well or better in 9, BENCHMARKS,
+        session 23)."""
         timed = self._timed_widths(batch_size) if timed is None else timed
         if not timed:
             return 1.0
@@ -996,17 +1004,33 @@ class AdaptiveDraftLength:
         top = max(rem, default=0)
         return [r >= top for r in rem]
 
+    PHI_SPAN = 4    # plain step times, at batch B and the batch sizes below it, that Δ is fitted on
+
     def _phi_beta(self, batch_size: int) -> tuple[float, float]:
-        """(φ, β) of `static_worth`: Δ = t(B) − t(B − 1) and f = t(1) − Δ, in tokens of a row at
-        batch B; at batch 1, or where batches are not static, (1, 0)."""
+        """(φ, β) of `static_worth`: Δ, the slope of a least-squares line through the plain step
+        times t(k) for the `PHI_SPAN` batch sizes k ≤ B, and f = t(1) − Δ, in tokens of a row at
+        batch B; at batch 1, or where batches are not static, (1, 0).
+        Δ was t(B) − t(B − 1): where a batch never loses a row (plain decoding keeps the rows level)
+        t(B − 1) is never timed but read off the profile's curve, and one dip in it — this CPU's
+        profile put 3 rows × 280 tokens at 16.2 ms, 4 rows at 16.0 — made φ = 0: a row ahead was
+        then worth nothing and verifying paid only where all four rows accepted. With the
+        profile's price of a width of 1 there (1.16 plain steps; the sweep measured 1.05), it kept
+        prompt lookup at batch 4 decoding plain to the end where D = 1 gained 11 % (BENCHMARKS,
+        session 23)."""
         if not self.static_batch:
             return 1.0, 0.0
         pb = self._phis.get(batch_size)
         if pb is None:      # kept until the step times are next refreshed
             full = self.target_time(batch_size, 0)
-            less = self.target_time(batch_size - 1, 0) if batch_size > 1 else 0.0
             one = self.target_time(1, 0)
-            phi = min(1.0, max(0.0, batch_size * (full - less) / full))
+            if batch_size == 1:
+                delta = full
+            else:
+                ks = range(max(1, batch_size - self.PHI_SPAN + 1), batch_size + 1)
+                ts = [self.target_time(k, 0) for k in ks]
+                km, tm = sum(ks) / len(ks), sum(ts) / len(ts)
+                delta = sum((k - km) * (t - tm) for k, t in zip(ks, ts)) / sum((k - km) ** 2 for k in ks)
+            phi = min(1.0, max(0.0, batch_size * delta / full))
             pb = self._phis[batch_size] = (phi, max(0.0, batch_size * one / full - phi))
         return pb
 
