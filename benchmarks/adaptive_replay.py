@@ -21,10 +21,11 @@ fixed D: where adaptive D's model and the replay disagree, which input is off.
 
 Plain decoding, fixed D = 1 … `-D` and adaptive D (one scheduler learning over `--rounds` passes
 of the requests, as `adaptive_ab.py` runs it) are priced alike; the ratios count the rounds after
-the first (`--warm-rounds`). `--warm-rounds 0 --rounds 1 --prompts OUT/sweep` replays a cell as
-the validation measures it: a fresh scheduler, on the prompts that run fed. What this leaves out is the Python each choice costs per step (`adaptive_overhead.py`)
-and how step times move while a run goes: a schedule that wins here can still lose on the machine,
-one that loses here loses there too.
+the first (`--warm-rounds`). `--warm-rounds 0 --rounds 1 --prompts OUT/sweep --times OUT/sweep`
+replays a cell as planner_validation.py measures it: a fresh scheduler, the prompts that run fed
+in its order, its steps' prices (BENCHMARKS, session 23). What this leaves out is the Python each
+choice costs per step (`adaptive_overhead.py`) and how step times move while a run goes: a
+schedule that wins here can still lose on the machine, one that loses here loses there too.
 """
 import argparse
 import itertools
@@ -95,16 +96,28 @@ class Prices:
         return t * math.exp(self.rng.gauss(0.0, self.jitter)) if self.jitter else t
 
 
-def measured_prices(path: Path, min_steps: int = 5) -> dict:
+def measured_prices(path: Path, min_steps: int = 5, dataset: str = "", batch_size: int = 0) -> dict:
     """Median step seconds besides drafting (what the engine tells `observe`) per (rows, width)
-    over every configuration of a cell's `units.jsonl`; or such a table as `--write-times` saved it."""
+    over every configuration of a cell's `units.jsonl`; over a benchmark run's (a directory, e.g. a
+    validation's OUT/sweep) prompt-lookup steps of `dataset` at `batch_size`, fixed D only; or
+    such a table as `--write-times` saved it."""
     if path.suffix == ".json":
         return {tuple(map(int, k.split(","))): v for k, v in json.loads(path.read_text()).items()}
     seen: dict = {}
-    for line in path.read_text().splitlines():
-        for cfg in json.loads(line)["configs"].values():
-            for rows, width, t_target, _t_drafter, t_other in cfg["steps"]:
-                seen.setdefault((rows, width), []).append(t_target + t_other)
+    if path.is_dir():
+        for line in (path / "results.jsonl").read_text().splitlines():
+            rec = json.loads(line) if line.strip() else None
+            if rec and rec["drafter"] == "ngram" and rec["dataset"] == dataset and rec["batch_size"] == batch_size:
+                for out in rec["outputs"]:      # a batch's steps are on its first row's record
+                    for rows, width, t_target, _t_drafter, t_other in out.get("batch_steps", []):
+                        seen.setdefault((rows, width), []).append(t_target + t_other)
+        if not seen:
+            raise SystemExit(f"{path}/results.jsonl has no prompt-lookup step of {dataset!r} at batch size {batch_size}")
+    else:
+        for line in path.read_text().splitlines():
+            for cfg in json.loads(line)["configs"].values():
+                for rows, width, t_target, _t_drafter, t_other in cfg["steps"]:
+                    seen.setdefault((rows, width), []).append(t_target + t_other)
     return {k: median(v) for k, v in seen.items() if len(v) >= min_steps}
 
 
@@ -194,7 +207,9 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("-D", type=int, default=8)
     ap.add_argument("--adaptive", default="benchmarks/results/profile_s14.json", help="a profile JSON or datasheet name")
-    ap.add_argument("--times", default=None, metavar="UNITS_JSONL", help="price steps at a real run's medians")
+    ap.add_argument("--times", default=None, metavar="UNITS_JSONL",
+                    help="price steps at a real run's medians: adaptive_ab's units.jsonl, a --write-times "
+                         "JSON, or a benchmark run's directory (OUT/sweep: that cell's prompt-lookup steps)")
     ap.add_argument("--jitter", type=float, default=0.0, help="log-normal sd of each step's time")
     ap.add_argument("--seed", type=int, default=0, help="of the jitter")
     ap.add_argument("--seeds", type=int, default=None, metavar="N",
@@ -223,7 +238,10 @@ def main() -> None:
                    for r in load_dataset(args.dataset, tgt.tokenizer, num_requests=args.requests)][:args.requests]
     args.requests = min(args.requests, len(prompts))
     table = replay_rows(tgt, prompts, args.max_new_tokens, args.D)
-    measured = measured_prices(Path(args.times)) if args.times else None
+    if args.times and Path(args.times).is_dir() and len(args.batch_size) > 1:
+        raise SystemExit("--times RUN_DIR: one --batch-size at a time (each batch size has its own prices)")
+    measured = measured_prices(Path(args.times), dataset=args.dataset, batch_size=args.batch_size[0]) \
+        if args.times else None
     if measured and args.write_times:
         Path(args.write_times).write_text(json.dumps({f"{r},{w}": t for (r, w), t in sorted(measured.items())}, indent=0))
     L = sum(map(len, prompts)) / len(prompts)
