@@ -581,7 +581,8 @@ def test_probes_are_charged_what_they_measured():
 def test_an_unobserved_batch_size_borrows_the_drift_of_the_nearest_observed():
     """The machine runs at half the curve's speed at batch 4; batch 3 (a row finished), never
     observed yet, is taken at half speed too. Taken raw it made a token of a row ahead
-    (`static_worth`'s φ = B·(t(B) − t(B − 1))/t(B)) look worth far more than the curve says."""
+    (`static_worth`'s φ = B·Δ/t(B), Δ the slope of t over the batch sizes up to B) look worth far
+    more than the curve says."""
     sched = AdaptiveDraftLength(sps_for_batch=lambda b: (lambda N: 1.0 / (0.010 + 0.001 * b)))
     for _ in range(50):
         sched.observe(torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long), target_seconds=0.028)
