@@ -178,6 +178,45 @@ def decode(table, batch: list[int], max_new: int, D: int, prices: Prices, sched=
     return tokens, seconds, steps, verifying
 
 
+def ceiling(table, prices: Prices, max_new: int, D: int) -> tuple[float, float, dict]:
+    """Batch 1, each step at its unjittered price: (rate of the best policy that verifies a
+    proposal by its matched length n alone, chosen knowing each n's acceptance in hindsight;
+    rate of the best fixed D; that policy {n: drafts verified}), rates over plain decoding's.
+    What a per-step schedule reading prompt lookup's confidence could reach at most, learning
+    nothing. The policy comes from Dinkelbach's iteration: at the rate λ reached, each n gets the
+    width maximising its mean tokens − λ × seconds."""
+    T = [prices.base(1, w) for w in range(D + 1)]
+    by_n: dict = {}
+    for rows in table:
+        for m, _L, a, _ in rows:
+            if m:
+                by_n.setdefault(m, []).append(a)
+
+    def rate(width_of) -> float:
+        tok = sec = 0.0
+        for rows in table:
+            t = 0
+            while t < max_new:
+                m, L, a, _ = rows[t]
+                w = min(width_of(m), L, max_new - 1 - t) if m else 0
+                drafting = DRAFT_SECONDS[0] + DRAFT_SECONDS[1] * min(L, D) if width_of(m) else 0.0
+                e = min(min(a, w) + 1, max_new - t)
+                tok, sec, t = tok + e, sec + T[w] + drafting, t + e
+        return tok / sec
+
+    plain = rate(lambda m: 0)
+    fixed = max(rate(lambda m, d=d: d) for d in range(1, D + 1))
+    lam, policy = plain, {}
+    for _ in range(20):
+        policy = {m: max(range(D + 1), key=lambda w: sum(1 + min(a, w) for a in acc) / len(acc) - lam * T[w])
+                  for m, acc in by_n.items()}
+        new = rate(lambda m: policy.get(m, 0))
+        if abs(new - lam) < 1e-9:
+            break
+        lam = new
+    return lam / plain, fixed / plain, dict(sorted(policy.items()))
+
+
 def run_prompts(run: Path, dataset: str, batch_size: int) -> list[list[int]]:
     """The token ids a benchmark run in `run` fed for `dataset` at `batch_size`, in its order (a
     sweep draws its own requests for each batch size, and batches them in the order it ran them)."""
@@ -225,6 +264,8 @@ def main() -> None:
     ap.add_argument("--warm-rounds", type=int, default=1,
                     help="rounds the scheduler learns in before counting; 0 with --rounds 1: from a "
                          "fresh scheduler, as planner_validation.py measures a cell")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="at batch 1, also the rate of the best policy by matched length chosen in hindsight")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -251,6 +292,10 @@ def main() -> None:
     ratios: dict = {}
     counted = f"after round {args.warm_rounds}" if args.warm_rounds else "from a fresh scheduler"
     print(f"prompt lookup, {args.dataset}, replayed: rate {counted} / plain decoding (steps, verifying)")
+    if args.ceiling and 1 in args.batch_size:
+        top, fixed, policy = ceiling(table, Prices(cost, measured), args.max_new_tokens, args.D)
+        print(f"  batch 1, unjittered: verifying by matched length in hindsight {top:.3f} × plain (drafts per "
+              f"match length {policy}); best fixed D {fixed:.3f} × plain")
     seeds = range(args.seeds) if args.seeds else [args.seed]
     for B, seed in itertools.product(args.batch_size, seeds):
         def run(D, cls=None):
