@@ -192,19 +192,21 @@ def ceiling(table, prices: Prices, max_new: int, D: int) -> tuple[float, float, 
             if m:
                 by_n.setdefault(m, []).append(a)
 
-    def rate(width_of) -> float:
+    def rate(width_of, drafts: bool = True) -> float:
+        """Every step drafts (the matched length is known only once prompt lookup has run), except
+        in plain decoding."""
         tok = sec = 0.0
         for rows in table:
             t = 0
             while t < max_new:
                 m, L, a, _ = rows[t]
                 w = min(width_of(m), L, max_new - 1 - t) if m else 0
-                drafting = DRAFT_SECONDS[0] + DRAFT_SECONDS[1] * min(L, D) if width_of(m) else 0.0
+                drafting = DRAFT_SECONDS[0] + DRAFT_SECONDS[1] * min(L, D) if drafts else 0.0
                 e = min(min(a, w) + 1, max_new - t)
                 tok, sec, t = tok + e, sec + T[w] + drafting, t + e
         return tok / sec
 
-    plain = rate(lambda m: 0)
+    plain = rate(lambda m: 0, drafts=False)
     fixed = max(rate(lambda m, d=d: d) for d in range(1, D + 1))
     lam, policy = plain, {}
     for _ in range(20):
