@@ -39,6 +39,7 @@ import torch
 
 import draftwise as dw
 from draftwise.bench.datasets import load_dataset
+from draftwise.bench.runner import read_prompts, read_results
 from draftwise.drafters.ngram import NgramIndex, prior
 from draftwise.planner.adaptive import AdaptiveDraftLength
 from draftwise.planner.cost import CostModel
@@ -105,9 +106,8 @@ def measured_prices(path: Path, min_steps: int = 5, dataset: str = "", batch_siz
         return {tuple(map(int, k.split(","))): v for k, v in json.loads(path.read_text()).items()}
     seen: dict = {}
     if path.is_dir():
-        for line in (path / "results.jsonl").read_text().splitlines():
-            rec = json.loads(line) if line.strip() else None
-            if rec and rec["drafter"] == "ngram" and rec["dataset"] == dataset and rec["batch_size"] == batch_size:
+        for rec in read_results(path):
+            if rec["drafter"] == "ngram" and rec["dataset"] == dataset and rec["batch_size"] == batch_size:
                 for out in rec["outputs"]:      # a batch's steps are on its first row's record
                     for rows, width, t_target, _t_drafter, t_other in out.get("batch_steps", []):
                         seen.setdefault((rows, width), []).append(t_target + t_other)
@@ -222,20 +222,11 @@ def ceiling(table, prices: Prices, max_new: int, D: int) -> tuple[float, float, 
 def run_prompts(run: Path, dataset: str, batch_size: int) -> list[list[int]]:
     """The token ids a benchmark run in `run` fed for `dataset` at `batch_size`, in its order (a
     sweep draws its own requests for each batch size, and batches them in the order it ran them)."""
-    by_sha = {}
-    for line in (run / "prompts.jsonl").read_text().splitlines():
-        if line.strip():
-            rec = json.loads(line)
-            by_sha[rec["sha"]] = rec["token_ids"]
-    key, shas = None, []
-    for line in (run / "results.jsonl").read_text().splitlines():
-        rec = json.loads(line) if line.strip() else None
-        if rec and rec["dataset"] == dataset and rec["batch_size"] == batch_size and key in (None, rec["key"]):
-            key = rec["key"]
-            shas.append(rec["outputs"][0]["prompt_sha"])
-    if not shas:
+    recs = [r for r in read_results(run) if r["dataset"] == dataset and r["batch_size"] == batch_size]
+    if not recs:
         raise SystemExit(f"{run}/results.jsonl has no request of dataset {dataset!r} at batch size {batch_size}")
-    return [by_sha[s] for s in shas]
+    by_sha, key = read_prompts(run), recs[0]["key"]
+    return [by_sha[r["outputs"][0]["prompt_sha"]] for r in recs if r["key"] == key]
 
 
 def main() -> None:
@@ -272,8 +263,9 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     tgt = dw.load_target(args.target)
-    if args.prompts and len(args.batch_size) > 1:
-        raise SystemExit("--prompts: one --batch-size at a time (a sweep draws requests per batch size)")
+    if (args.prompts or (args.times and Path(args.times).is_dir())) and len(args.batch_size) > 1:
+        raise SystemExit("--prompts or --times RUN_DIR: one --batch-size at a time (a sweep draws its requests, "
+                         "and its steps have their prices, per batch size)")
     if args.prompts:
         prompts = run_prompts(Path(args.prompts), args.dataset, args.batch_size[0])[:args.requests]
     else:
@@ -281,8 +273,6 @@ def main() -> None:
                    for r in load_dataset(args.dataset, tgt.tokenizer, num_requests=args.requests)][:args.requests]
     args.requests = min(args.requests, len(prompts))
     table = replay_rows(tgt, prompts, args.max_new_tokens, args.D)
-    if args.times and Path(args.times).is_dir() and len(args.batch_size) > 1:
-        raise SystemExit("--times RUN_DIR: one --batch-size at a time (each batch size has its own prices)")
     measured = measured_prices(Path(args.times), dataset=args.dataset, batch_size=args.batch_size[0]) \
         if args.times else None
     if measured and args.write_times:
