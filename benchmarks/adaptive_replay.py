@@ -23,7 +23,9 @@ Plain decoding, fixed D = 1 … `-D` and adaptive D (one scheduler learning over
 of the requests, as `adaptive_ab.py` runs it) are priced alike; the ratios count the rounds after
 the first (`--warm-rounds`). `--warm-rounds 0 --rounds 1 --prompts OUT/sweep --times OUT/sweep`
 replays a cell as planner_validation.py measures it: a fresh scheduler, the prompts that run fed
-in its order, its steps' prices (BENCHMARKS, session 23). What this leaves out is the Python each
+in its order, its steps' prices (BENCHMARKS, session 23). `--ceiling` prices the best policy by
+prompt lookup's matched length in hindsight, `--by-age` how often a first draft is accepted by
+tokens generated so far (BENCHMARKS, session 24). What this leaves out is the Python each
 choice costs per step (`adaptive_overhead.py`) and how step times move while a run goes: a
 schedule that wins here can still lose on the machine, one that loses here loses there too.
 """
@@ -183,8 +185,11 @@ def ceiling(table, prices: Prices, max_new: int, D: int) -> tuple[float, float, 
     proposal by its matched length n alone, chosen knowing each n's acceptance in hindsight;
     rate of the best fixed D; that policy {n: drafts verified}), rates over plain decoding's.
     What a per-step schedule reading prompt lookup's confidence could reach at most, learning
-    nothing. The policy comes from Dinkelbach's iteration: at the rate λ reached, each n gets the
-    width maximising its mean tokens − λ × seconds."""
+    nothing. Every policy is replayed where there are at most `ENUMERATE` of them (prompt lookup's
+    n ≤ 3: 729 at D = 8); else Dinkelbach's iteration: at the rate λ reached, each n gets the width
+    maximising its mean tokens − λ × seconds. That treats each n's steps as if the others did not
+    move them, and at 1k tokens (session 23's prices) it found 1.062 × plain where replaying every
+    policy found 1.074 (BENCHMARKS, session 24)."""
     T = [prices.base(1, w) for w in range(D + 1)]
     by_n: dict = {}
     for rows in table:
@@ -208,6 +213,11 @@ def ceiling(table, prices: Prices, max_new: int, D: int) -> tuple[float, float, 
 
     plain = rate(lambda m: 0, drafts=False)
     fixed = max(rate(lambda m, d=d: d) for d in range(1, D + 1))
+    ns = sorted(by_n)
+    if (D + 1) ** len(ns) <= ENUMERATE:
+        best = max((rate(lambda m, p=dict(zip(ns, ws)): p.get(m, 0)), ws)
+                   for ws in itertools.product(range(D + 1), repeat=len(ns)))
+        return best[0] / plain, fixed / plain, dict(zip(ns, best[1]))
     lam, policy = plain, {}
     for _ in range(20):
         policy = {m: max(range(D + 1), key=lambda w: sum(1 + min(a, w) for a in acc) / len(acc) - lam * T[w])
@@ -217,6 +227,22 @@ def ceiling(table, prices: Prices, max_new: int, D: int) -> tuple[float, float, 
             break
         lam = new
     return lam / plain, fixed / plain, dict(sorted(policy.items()))
+
+
+ENUMERATE = 1000    # policies `ceiling` replays one by one at most
+
+
+def by_age(table, edges=(8, 16, 32)) -> list[tuple[str, int, float]]:
+    """Per span of generated tokens: (span, positions with a proposal, share of them whose first
+    draft the target accepts), over every position of the plain decode (`replay_rows`). Prompt
+    lookup is accepted least early in a response (`AdaptiveDraftLength.YOUNG`)."""
+    bounds = [0, *edges, None]
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        hits = [a >= 1 for rows in table for t, (m, _L, a, _) in enumerate(rows[:-1])
+                if m and t >= lo and (hi is None or t < hi)]
+        out.append((f"{lo}–{hi - 1}" if hi else f"{lo}+", len(hits), sum(hits) / max(len(hits), 1)))
+    return out
 
 
 def run_prompts(run: Path, dataset: str, batch_size: int) -> list[list[int]]:
@@ -259,6 +285,8 @@ def main() -> None:
                          "fresh scheduler, as planner_validation.py measures a cell")
     ap.add_argument("--ceiling", action="store_true",
                     help="at batch 1, also the rate of the best policy by matched length chosen in hindsight")
+    ap.add_argument("--by-age", action="store_true",
+                    help="also print how often a first draft is accepted, by tokens generated so far")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -284,6 +312,9 @@ def main() -> None:
     ratios: dict = {}
     counted = f"after round {args.warm_rounds}" if args.warm_rounds else "from a fresh scheduler"
     print(f"prompt lookup, {args.dataset}, replayed: rate {counted} / plain decoding (steps, verifying)")
+    if args.by_age:
+        print("  first draft accepted, by tokens generated: " + ", ".join(
+            f"{span}: {share:.2f} ({n})" for span, n, share in by_age(table)))
     if args.ceiling and 1 in args.batch_size:
         top, fixed, policy = ceiling(table, Prices(cost, measured), args.max_new_tokens, args.D)
         print(f"  batch 1, unjittered: verifying by matched length in hindsight {top:.3f} × plain (drafts per "

@@ -313,10 +313,15 @@ class AdaptiveDraftLength:
       bookkeeping). The curve is kept nondecreasing in width (a profile's dips are partly
       noise); a width timed is priced as timed, dips included (on this CPU 5 tokens a row cost
       less than 3);
+    - rows: the rows of a batch are not alike, and a request's first drafts are accepted least.
+      Each row's chance of reaching each draft position is scaled by its own accepted over
+      expected drafts (`_row_scale`) times that of every row at its age (`_age_factor`: young,
+      fewer than `YOUNG` tokens generated, or grown);
     - exploration: every step that drafts D and verifies it observes positions 1…D. The first
-      step drafts and verifies one token, which prices the drafter (unless `draft_token_seconds`,
+      step drafts one token, which prices the drafter (unless `draft_token_seconds`,
       from a profile that measured this drafter, gives the price ahead; a step in which the drafter
-      also fed itself the prompts prices nothing, the next one does); then, periodically, the
+      also fed itself the prompts prices nothing, the next one does; what of it to verify the
+      per-step schedule decides); then, periodically, the
       scheduler probes past the current choice and verifies all of it: the full
       D where that costs at most `probe_budget` plain steps (prompt lookup at small batches, whose
       acceptance rises along the draft, so one position deeper would not pay while four would),
@@ -332,11 +337,12 @@ class AdaptiveDraftLength:
       prompt. Probes together may cost at most `explore` of the decoding time so far — the first
       step's pricing included — and explore/(1 + k) after k probes in a row that left the choice
       standing (the whole budget again once one moves it); a probe waits while the model's price
-      of it would overrun the budget, and then is charged what it measured over the model's price
-      of the choice it displaced: at batch 8 a full-length probe costs 0.7 of a plain step, and
-      where drafting never pays that bound is the whole price of being adaptive. Where drafting
-      is free and `_shadow` sees the drafts, a probe only drafts: what to verify stays with the
-      per-step schedule, and drafting is all it costs;
+      of it would overrun the budget, and then is charged its share of the step it measured (1 −
+      the model's price of the choice over the probe's): at batch 8 a full-length probe costs 0.7
+      of a plain step, and where drafting never pays that bound is the whole price of being
+      adaptive. Where drafting costs under `free_draft` of a plain step and `_shadow` sees the
+      drafts, a probe only drafts, at any batch size and without the optimistic test: what to
+      verify stays with the per-step schedule, and drafting is all it costs;
     - plain steps decided ahead: while the choice is plain decoding, the steps until the next
       refresh of the step times or probe check are decided at once (`_coast`).
     """
@@ -409,7 +415,7 @@ class AdaptiveDraftLength:
         self._coast_left = 0
         self._coast_acc = [0, 0.0]
         self._elapsed = self._explored = 0.0   # seconds decoded; seconds probes cost over the choice
-        self._charge: Optional[float] = None   # a probe step's modelled price had it not probed
+        self._charge: Optional[tuple] = None   # a probe step's modelled seconds at the choice and at its D
         self._wait_until = 0.0                 # no probe before this much time decoded (budget)
         self._priced = False                   # a drafting step observed: the drafter's price is known
         self._pending = 0.0                    # target prefill seconds the drafter has yet to absorb
@@ -417,7 +423,9 @@ class AdaptiveDraftLength:
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
         self._proposed: Optional[list[int]] = None    # per row, drafts the drafter made this step
         self._row_ids: Optional[list] = None   # per row, the engine's id of it this step (`draft_cap`)
-        self._row_fit: dict = {}               # row id → [Σ accepted expected, Σ accepted]
+        self._row_fit: dict = {}               # row id → [Σ accepted expected, Σ accepted, tokens left when first seen]
+        self._age_fit = {True: [0.0, 0.0], False: [0.0, 0.0]}   # young row? → [Σ expected, Σ accepted], all rows
+        self._young_rows: Optional[list] = None   # per row this step, whether it is young (None: no factor)
         self._cal: Optional[list] = None       # this step's calibrated confidences, as decided on
         self._remaining: Optional[list[int]] = None   # per row, tokens it may still generate this step
         self._shapes: dict[tuple, list] = {}   # batch 1, drafting the most: confidence bins → [steps, raw row]
@@ -750,7 +758,16 @@ class AdaptiveDraftLength:
             # and every row where its unverified drafts are seen too (`_shadow`): a factor that
             # locks a row into verifying nothing is then corrected by the drafts it leaves
             for i in self._row_ids:
-                self._row_fit.setdefault(i, [0.0, 0.0])
+                self._row_fit.setdefault(i, [0.0, 0.0, None])
+        self._young_rows = None
+        if rows is not None and remaining is not None and len(self._remaining) == len(self._row_ids):
+            young = []
+            for i, m in zip(self._row_ids, self._remaining):
+                e = self._row_fit.get(i)
+                if e is not None and e[2] is None:
+                    e[2] = m
+                young.append(None if e is None else e[2] - m < self.YOUNG)
+            self._young_rows = young
         self._pending = float(catch_up)
         if not self.learn or max_draft <= 0:
             return max_draft
@@ -822,11 +839,14 @@ class AdaptiveDraftLength:
             self._cost = [w, w, w * t, w, w * t]
             self._priced = True
         if not self._priced:
-            # the drafter's price is unknown: draft and verify one token to learn it. A full-length
-            # first probe with a draft model at batch 8 (its catch-up on the prompt, 8 sequential
-            # forwards, 72 tokens verified) cost 6 % of four batches of 48 tokens
-            self._probing = True
-            self._charge = self._step_time(batch_size)(0)
+            # the drafter's price is unknown: draft one token to learn it. A full-length first
+            # probe with a draft model at batch 8 (its catch-up on the prompt, 8 sequential
+            # forwards, 72 tokens verified) cost 6 % of four batches of 48 tokens. Pricing needs no
+            # verification, so the per-step schedule decides it: verified whatever the evidence,
+            # the two pricing steps of prompt lookup (the first one catches up on the prompts) cost
+            # 2 % of a cell at batch 8, 1k tokens, where a width of 1 costs 1.65 plain steps
+            # (replayed, BENCHMARKS, session 24)
+            self._charge = self._probe_prices(batch_size, 0, 1)
             return 1
         best = self._best_cap(batch_size, max_draft)
         # at batch 1 and 2, where drafting costs next to nothing (prompt lookup), the alternative to
@@ -845,7 +865,14 @@ class AdaptiveDraftLength:
             # only drafts the most and leaves what to verify to the per-step schedule: drafting is
             # all it costs (~0.02 of a plain step for prompt lookup, where verifying 8 drafts costs
             # 0.86), so ~40 times as many fit the budget
-            shadow = free and choice < max_draft and self.sees_emitted and self._one_hot
+            # — at any batch size where drafting is cheap, and whatever the optimistic test says
+            # (it costs next to nothing and sees every draft). At batch 4 (prompt lookup, 256
+            # tokens) only verifying probes, and only those the optimistic test let through, could
+            # correct a first-draft acceptance learned at 0.12 from the first steps of a batch
+            # (0.24 over the cell): none came, and adaptive D decoded plain where D = 1 and 2
+            # gained 7 % (replayed, BENCHMARKS, session 24)
+            shadow = choice < max_draft and self.sees_emitted and self._one_hot and (
+                free or self._drafting_is_free(batch_size, max_draft))
             if shadow:
                 draft = self._draft_cost()
                 D, price = max_draft, draft(max_draft) - draft(choice) + self._catch_up_price(batch_size)
@@ -863,7 +890,7 @@ class AdaptiveDraftLength:
                 # over the exploration budget: wait until it covers this probe (pricing it every
                 # step while waiting cost ~25 µs a step, 0.1 % at batch 16)
                 self._wait_until = (self._explored + price) / share if share > 0 else math.inf
-            elif self._best_cap(batch_size, D, self.optimism) > best or (
+            elif shadow or self._best_cap(batch_size, D, self.optimism) > best or (
                     free and batch_size == 1 and D == max_draft
                     and self._shape_cap(max_draft, self.optimism) > self._shape_cap(max_draft)):
                 if self._probe_choice is not None:
@@ -876,7 +903,7 @@ class AdaptiveDraftLength:
                     self._shadow_probe = True
                     return D
                 self._probing = True
-                self._charge = self._step_time(batch_size)(best)
+                self._charge = self._probe_prices(batch_size, best, D)
                 return D
             else:
                 self._since_probe = 0
@@ -1034,6 +1061,12 @@ class AdaptiveDraftLength:
             pb = self._phis[batch_size] = (phi, max(0.0, batch_size * one / full - phi))
         return pb
 
+    def _probe_prices(self, batch_size: int, best: int, D: int) -> tuple[float, float]:
+        """A probe's modelled step seconds at the choice it displaces and at its own D: `observe`
+        charges the probe the share 1 − t(best)/t(D) of the step it measured."""
+        step = self._step_time(batch_size)
+        return step(best), step(D)
+
     def _probe_cost(self, batch_size: int, best: int, D: int) -> float:
         """Extra step time of drafting and verifying D tokens instead of `best`, in plain steps."""
         step = self._step_time(batch_size)
@@ -1065,10 +1098,16 @@ class AdaptiveDraftLength:
             self._shape_best.clear()     # a probe: decide afresh with what its drafts showed
         self._elapsed += target_seconds + draft_seconds
         if self._charge is not None:
-            # what the probe really cost over the choice it displaced, measured: priced by the
-            # model, a probe's one-off costs (a drafter catching up on the prompts, a step slower
-            # than the curve) went uncounted, and prompt lookup at batch 16 spent 3.3 % on probes
-            self._explored += max(target_seconds + draft_seconds - self._charge, 1e-9)
+            # what the probe cost over the choice it displaced: the measured step, of which the
+            # model prices the share (1 − choice/probe) as the probe's. Priced by the model alone,
+            # a probe's one-off costs (a drafter catching up on the prompts, a step slower than the
+            # curve) went uncounted, and prompt lookup at batch 16 spent 3.3 % on probes. Charged
+            # the measured step less the modelled choice, it also paid for the machine running
+            # slower than the profile: the first probe at batch 4 (256 tokens) was charged 8.3 ms
+            # of a 24 ms step whose width cost 1 ms, and no other probe fit the budget for 150
+            # steps (BENCHMARKS, session 24)
+            was, now = self._charge
+            self._explored += max((target_seconds + draft_seconds) * (1.0 - was / now), 1e-9)
             self._charge = None
             self._shape_best.clear()     # a probe: a shape verified in full, decide afresh
         if target_seconds > 0 and ver:
@@ -1219,8 +1258,9 @@ class AdaptiveDraftLength:
 
     def _check_shadow(self, item: list, tokens: list) -> bool:
         """Observe the drafts of `item` ([position, drafts, raw confidences, behind, calibrated
-        confidences, the row's `_row_fit`]) the tokens emitted reach; True while some are left."""
-        j, drafts, confs, behind, cal, fit = item
+        confidences, the row's `_row_fit`, its age's pooled fit and factor then]) the tokens
+        emitted reach; True while some are left."""
+        j, drafts, confs, behind, cal, fit, pool, f = item
         P, i = self.MAX_POS, 0
         for t in tokens:
             if i >= len(drafts) or j >= P:
@@ -1228,8 +1268,11 @@ class AdaptiveDraftLength:
             y = 1.0 if t == drafts[i] else 0.0
             self._tally(j, confs[i], y, behind)
             if fit is not None:
-                fit[0] += cal[i]
+                fit[0] += cal[i] * f
                 fit[1] += y
+            if pool is not None and cal is not None:
+                pool[0] += cal[i]
+                pool[1] += y
             if not y:
                 return False
             i, j = i + 1, j + 1
@@ -1276,7 +1319,7 @@ class AdaptiveDraftLength:
         """Per row (`ids`) that has shared a step with another (`draft_cap`), the drafts it accepted
         against those its calibrated confidences `cal` expected, for `_row_scale`."""
         fit = self._row_fit
-        for i, row, v, a in zip(ids, cal, ver, acc):
+        for r, (i, row, v, a) in enumerate(zip(ids, cal, ver, acc)):
             e = fit.get(i)
             if e is None or v <= 0:
                 continue
@@ -1284,8 +1327,34 @@ class AdaptiveDraftLength:
             for j in range(min(v, len(row))):
                 surv *= row[j]
                 expect += surv
-            e[0] += expect
+            young = self._young(r)
+            e[0] += expect * self._age_factor(young)
             e[1] += a
+            if young is not None:
+                pool = self._age_fit[young]
+                pool[0] += expect
+                pool[1] += a
+
+    # Tokens a row has generated while it counts as young (`_row_scale`). Prompt lookup's first
+    # drafts in a response are accepted far less than later ones: a first draft 0.29 of the time
+    # in the first 8 tokens against 0.52 later (1k tokens), 0.22 against 0.39 (tokens 8–15) and
+    # 0.6–0.67 (256 tokens). 16 replayed better than 8 (BENCHMARKS, session 24)
+    YOUNG = 16
+
+    def _young(self, r: int) -> Optional[bool]:
+        """Whether row r of this step has generated fewer than `YOUNG` tokens since first seen;
+        None where the engine gave no tokens left per row."""
+        ys = self._young_rows
+        return ys[r] if ys is not None and r < len(ys) else None
+
+    def _age_factor(self, young: Optional[bool]) -> float:
+        """Accepted over expected drafts of every row while young (or grown), prior 1 worth
+        `ROW_PRIOR` expected drafts; 1 where the age is not known."""
+        if young is None:
+            return 1.0
+        x, y = self._age_fit[young]
+        k = self.ROW_PRIOR
+        return (y + k) / (x + k)
 
     def _row_scale(self, batch_size: int) -> Optional[list[float]]:
         """Per row, (accepted + k)/(expected + k) of its own steps so far (`_fit_rows`), with k =
@@ -1300,15 +1369,20 @@ class AdaptiveDraftLength:
         1.000 without; BENCHMARKS §5.0k). Seen, they keep correcting it, and a request that
         repeats itself is verified deeper than the pooled calibration says (replayed at batch 1,
         256 tokens, under noise: min 1.045 of the best fixed D over 8 runs with it, 1.009 over 6
-        with the drafts seen but no factor; BENCHMARKS, session 22). None without row ids."""
+        with the drafts seen but no factor; BENCHMARKS, session 22).
+        Times the factor of the rows' age (`_age_factor`), learned over every row: each request
+        starts at 1 otherwise, and its first drafts, accepted least, were verified at the
+        pooled calibration — prompt lookup at batch 1, 1k tokens verified 54 one-token matches
+        for 22 tokens, at 0.97 of D = 4 (replayed, BENCHMARKS, session 24). A row's own factor
+        counts its steps against that age's expectation. None without row ids."""
         ids = self._row_ids
         if ids is None or len(ids) != batch_size:
             return None
         k, fit, out = self.ROW_PRIOR, self._row_fit, []
-        for i in ids:
+        for r, i in enumerate(ids):
             e = fit.get(i)
             # in steps of 1/32: at batch 1 a decision is kept per (shape, factor) (`_schedule`)
-            out.append(1.0 if e is None else round(32.0 * (e[1] + k) / (e[0] + k)) / 32.0)
+            out.append(1.0 if e is None else round(32.0 * self._age_factor(self._young(r)) * (e[1] + k) / (e[0] + k)) / 32.0)
         return out
 
     def sps_at(self, batch_size: int) -> Callable[[float], float]:
@@ -1387,7 +1461,9 @@ class AdaptiveDraftLength:
                 conf = [float(c) for c in raw[r][v:m]]
                 cal = (self._cal[r] if self._cal is not None else self._calibrate_rows([list(raw[r][:m])])[0])[v:m] \
                     if fits[r] is not None else None
-                self._made_now[r] = [v, tokens[r][v:m], conf, behind is None or (alone and behind[r]), cal, fits[r]]
+                young = self._young(r)
+                self._made_now[r] = [v, tokens[r][v:m], conf, behind is None or (alone and behind[r]), cal, fits[r],
+                                     None if young is None else self._age_fit[young], self._age_factor(young)]
 
     def _schedule(self, proposal) -> torch.LongTensor:
         num = proposal.num_tokens
