@@ -1103,8 +1103,8 @@ class AdaptiveDraftLength:
             # a probe's one-off costs (a drafter catching up on the prompts, a step slower than the
             # curve) went uncounted, and prompt lookup at batch 16 spent 3.3 % on probes. Charged
             # the measured step less the modelled choice, it also paid for the machine running
-            # slower than the profile: the first probe at batch 4 (256 tokens) was charged 8.3 ms
-            # of a 24 ms step whose width cost 1 ms, and no other probe fit the budget for 150
+            # slower than the profile: the pricing step at batch 4 (256 tokens) was charged 8.3 ms
+            # of a 24 ms step whose width cost 1 ms, and no probe fit the budget for the next 150
             # steps (BENCHMARKS, session 24)
             was, now = self._charge
             self._explored += max((target_seconds + draft_seconds) * (1.0 - was / now), 1e-9)
