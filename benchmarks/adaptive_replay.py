@@ -25,17 +25,22 @@ the first (`--warm-rounds`). `--warm-rounds 0 --rounds 1 --prompts OUT/sweep --t
 replays a cell as planner_validation.py measures it: a fresh scheduler, the prompts that run fed
 in its order, its steps' prices (BENCHMARKS, session 23). `--ceiling` prices the best policy by
 prompt lookup's matched length in hindsight, `--by-age` how often a first draft is accepted by
-tokens generated so far (BENCHMARKS, session 24). What this leaves out is the Python each
-choice costs per step (`adaptive_overhead.py`) and how step times move while a run goes: a
-schedule that wins here can still lose on the machine, one that loses here loses there too.
+tokens generated so far (BENCHMARKS, session 24). A validation's sweep keeps one scheduler
+through batch 1, 2, 4, … in turn; `--carry` replays it so (BENCHMARKS, session 25). Drafting is
+priced at `--draft-seconds`; the scheduler's own Python only with `--python X` (its calls timed
+here, × X: inside decoding, on caches the forward left cold, they cost 2–3× more). What this
+leaves out is how step times move while a run goes: a schedule that wins here can still lose on
+the machine, one that loses here loses there too.
 """
 import argparse
 import itertools
 import json
 import math
 import random
+import time
 from pathlib import Path
 from statistics import median
+from typing import Optional
 
 import torch
 
@@ -123,7 +128,8 @@ def measured_prices(path: Path, min_steps: int = 5, dataset: str = "", batch_siz
     return {k: median(v) for k, v in seen.items() if len(v) >= min_steps}
 
 
-DRAFT_SECONDS = (0.15e-3, 0.005e-3)   # prompt lookup per step and per drafted token (this CPU)
+DRAFT_SECONDS = (0.15e-3, 0.005e-3)   # prompt lookup per step and per drafted token (--draft-seconds)
+PYTHON = 0.0    # --python: the scheduler's own calls, timed here and × this, join each step's seconds
 _IDS = itertools.count()
 
 
@@ -142,11 +148,12 @@ def decode(table, batch: list[int], max_new: int, D: int, prices: Prices, sched=
     while active:
         n = len(active)
         remaining = [max_new - at[r] - 1 for r in active]
-        cap = D
+        cap, t0 = D, time.perf_counter()
         if sched is not None and D > 0:
             cap = min(cap, sched.draft_cap(n, D, remaining=remaining, catch_up=0.0 if not fresh else 3 * prices.base(n, 0),
                                            rows=[ids[r] for r in active]))
         drafting = D > 0 and cap > 0 and max(remaining) > 0
+        py = time.perf_counter() - t0           # (the engine counts draft_cap in the drafting time)
         rows = [table[r][at[r]] for r in active]
         if drafting:
             caps = [min(max(m, 0), cap) for m in remaining]
@@ -157,19 +164,22 @@ def decode(table, batch: list[int], max_new: int, D: int, prices: Prices, sched=
                 conf = torch.tensor([[prior(m + j) if m else 0.0 for j in range(width)] for m, *_ in rows]).reshape(n, width)
                 drafts = torch.tensor([(c[:k] + [-1] * width)[:width] for (*_, c), k in zip(rows, made)]).reshape(n, width)
                 prop = Proposal(tokens=drafts, num_tokens=torch.tensor(made), confidence=conf)
+                t0 = time.perf_counter()
                 k = [min(a, b) for a, b in zip(made, sched(prop).tolist())]
-            draft_s = DRAFT_SECONDS[0] + DRAFT_SECONDS[1] * width
+                py += time.perf_counter() - t0
+            draft_s = DRAFT_SECONDS[0] + DRAFT_SECONDS[1] * width + PYTHON * py
         else:
             caps, k, draft_s = None, [0] * n, 0.0
         acc = [min(a, v) for (_, _, a, _), v in zip(rows, k)]
         w = max(k, default=0)
         step_s = prices(n, w)
+        t0 = time.perf_counter()
         if sched is not None and D > 0:
             emitted = {"emitted": [table.gens[r][at[r]:at[r] + a + 1] for r, a in zip(active, acc)]} if sees else {}
             sched.observe(k, acc, draft_s, int(width) if drafting else 0, offered=caps,
                           target_seconds=step_s, catch_up=fresh and drafting, **emitted)
         fresh = fresh and not drafting
-        seconds += step_s + draft_s
+        seconds += step_s + draft_s + PYTHON * (time.perf_counter() - t0 + (0.0 if drafting else py))
         steps += 1
         verifying += w > 0
         for r, a in zip(active, acc):
@@ -256,6 +266,7 @@ def run_prompts(run: Path, dataset: str, batch_size: int) -> list[list[int]]:
 
 
 def main() -> None:
+    global DRAFT_SECONDS, PYTHON
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="zoo/target")
     ap.add_argument("--dataset", default="throughput-256")
@@ -287,22 +298,27 @@ def main() -> None:
                     help="at batch 1, also the rate of the best policy by matched length chosen in hindsight")
     ap.add_argument("--by-age", action="store_true",
                     help="also print how often a first draft is accepted, by tokens generated so far")
+    ap.add_argument("--draft-seconds", default=None, metavar="STEP,TOKEN",
+                    help=f"prompt lookup's drafting seconds per step and per drafted token (default "
+                         f"{DRAFT_SECONDS[0]:g},{DRAFT_SECONDS[1]:g}: a host whose plain step took 12 ms)")
+    ap.add_argument("--python", type=float, default=0.0, metavar="X",
+                    help="add the scheduler's own calls, timed in the replay, × X to each step's seconds "
+                         "(inside decoding, on caches the forward left cold, the same Python costs 2–3× more)")
+    ap.add_argument("--carry", action="store_true",
+                    help="one scheduler per scheduler version through every --batch-size in turn, as a "
+                         "validation's sweep keeps it (its adaptive drafter runs batch 1, 2, 4, … in order)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    if args.draft_seconds:
+        DRAFT_SECONDS = tuple(float(x) for x in args.draft_seconds.split(","))
+    PYTHON = args.python
     torch.set_num_threads(args.threads)
     tgt = dw.load_target(args.target)
-    if (args.prompts or (args.times and Path(args.times).is_dir())) and len(args.batch_size) > 1:
+    if (args.prompts or (args.times and Path(args.times).is_dir())) and len(args.batch_size) > 1 and not args.carry:
         raise SystemExit("--prompts or --times RUN_DIR: one --batch-size at a time (a sweep draws its requests, "
-                         "and its steps have their prices, per batch size)")
-    if args.prompts:
-        prompts = run_prompts(Path(args.prompts), args.dataset, args.batch_size[0])[:args.requests]
-    else:
-        prompts = [tgt.tokenizer.encode(r.turns[0])
-                   for r in load_dataset(args.dataset, tgt.tokenizer, num_requests=args.requests)][:args.requests]
-    args.requests = min(args.requests, len(prompts))
-    table = replay_rows(tgt, prompts, args.max_new_tokens, args.D)
-    measured = measured_prices(Path(args.times), dataset=args.dataset, batch_size=args.batch_size[0]) \
-        if args.times else None
+                         "and its steps have their prices, per batch size), or --carry")
+    by_batch = {B: cell(tgt, args, B) for B in args.batch_size}    # B → (prompts, table, measured prices)
+    prompts, table, measured = by_batch[args.batch_size[0]]
     if measured and args.write_times:
         Path(args.write_times).write_text(json.dumps({f"{r},{w}": t for (r, w), t in sorted(measured.items())}, indent=0))
     L = sum(map(len, prompts)) / len(prompts)
@@ -320,17 +336,22 @@ def main() -> None:
         print(f"  batch 1, unjittered: verifying by matched length in hindsight {top:.3f} × plain (drafts per "
               f"match length {policy}); best fixed D {fixed:.3f} × plain")
     seeds = range(args.seeds) if args.seeds else [args.seed]
-    for B, seed in itertools.product(args.batch_size, seeds):
+    keys: dict = {}       # (seed, scheduler class) → the drafter object a carried scheduler is kept under
+    for seed, B in itertools.product(seeds, args.batch_size):
+        prompts, table, measured = by_batch[B]
+        requests = min(args.requests, len(prompts))
+
         def run(D, cls=None):
             sched = None
             if cls is not None:   # built as generate(adaptive=profile) builds it
-                sched = dw.api._adaptive_scheduler(tgt, args.adaptive, prompts[:B], D, object(), args.max_new_tokens,
+                key = keys.setdefault((seed, cls), object()) if args.carry else object()
+                sched = dw.api._adaptive_scheduler(tgt, args.adaptive, prompts[:B], D, key, args.max_new_tokens,
                                                    scheduler_cls=cls)
             prices = Prices(cost, measured, args.jitter, seed=seed * 1000 + B)
             tok = sec = st = ver = 0
             for r in range(args.rounds):
-                for i in range(0, args.requests, B):
-                    t, s, n, v = decode(table, list(range(i, min(i + B, args.requests))), args.max_new_tokens, D,
+                for i in range(0, requests, B):
+                    t, s, n, v = decode(table, list(range(i, min(i + B, requests))), args.max_new_tokens, D,
                                         prices, sched)
                     if r >= args.warm_rounds:
                         tok, sec, st, ver = tok + t, sec + s, st + n, ver + v
@@ -355,6 +376,17 @@ def main() -> None:
             explained.append((f"verifying every proposal at {best[0]}", run(D, verify_all(D))[1]))
             for name, sched in explained:
                 print(f"    {name}: " + explain(sched, B, args.D))
+
+
+def cell(tgt, args, B: int) -> tuple[list, Table, Optional[dict]]:
+    """(prompts, `replay_rows` of them, measured step prices or None) for batch size B."""
+    if args.prompts:
+        prompts = run_prompts(Path(args.prompts), args.dataset, B)[:args.requests]
+    else:
+        prompts = [tgt.tokenizer.encode(r.turns[0])
+                   for r in load_dataset(args.dataset, tgt.tokenizer, num_requests=args.requests)][:args.requests]
+    measured = measured_prices(Path(args.times), dataset=args.dataset, batch_size=B) if args.times else None
+    return prompts, replay_rows(tgt, prompts, args.max_new_tokens, args.D), measured
 
 
 def verify_all(D: int):

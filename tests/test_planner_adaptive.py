@@ -232,9 +232,11 @@ def test_draft_cap_from_acceptance_and_drafter_cost():
     for D in (8, 2, 5, 0, 1, 3):
         q.observe(zero, zero, draft_seconds=0.002 + 0.001 * D, drafted=D)
     assert q.draft_time(4) == pytest.approx(0.004)
-    # …unless the engine skips it on steps that draft nothing: then drafting at all costs the intercept
+    # …unless the engine skips it on steps that draft nothing: then drafting at all costs the
+    # intercept, and `observe`'s own time on a drafting step (a step that drafts nothing skips it)
     q.skips_idle = True
-    assert q.draft_time(4) == pytest.approx(0.006) and q.draft_time(0) == 0.0
+    assert 0.0 < q._observe_s < 0.001
+    assert q.draft_time(4) == pytest.approx(0.006 + q._observe_s) and q.draft_time(0) == 0.0
 
 
 def test_missing_proposals_count_as_rejections_and_weigh_the_step_time():
@@ -497,7 +499,9 @@ def test_plain_steps_decided_ahead_decide_as_one_by_one():
     only sums their seconds. The caps, probes included, and the step times learned are those of
     deciding every step — here with plain steps that slow down by half midway (a drifting machine)."""
     def run(coast: bool):
-        sched = _priced(AdaptiveDraftLength(lambda N: 1.0 / (0.010 + 0.002 * (N - 2)), alpha=0.7), 0.001)
+        sched = AdaptiveDraftLength(lambda N: 1.0 / (0.010 + 0.002 * (N - 2)), alpha=0.7)
+        sched.clock = lambda: 0.0      # `observe`'s own time (part of a drafting step's price): none, so both decide alike
+        sched = _priced(sched, 0.001)
         sched.skips_idle = True
         if not coast:
             sched.COAST = 0
@@ -872,6 +876,40 @@ def test_at_batch_4_cheap_drafts_are_still_looked_at_once_plain_decoding_is_the_
         pos += a + 1
     assert sum(verified[:200]) <= 16, verified[:200]
     assert sum(1 for k in verified[200:] if k >= 4) >= 50, verified[200:]
+
+
+def test_at_batch_2_drafting_every_step_stops_where_what_it_verifies_saves_less_than_drafting_costs():
+    """At batch 2 drafting that costs under a tenth of a plain step (prompt lookup) drafted the most
+    every step and left what to verify to the per-step schedule. On a host where a width of 1
+    costs 1.7 plain steps that schedule verified 1 step in 100, while drafting and its bookkeeping
+    cost 7 % of every step (BENCHMARKS, session 25). Now such drafting continues only while the
+    seconds the schedule expects to save cover what drafting costs: here weak drafts on dear
+    widths stop after the first steps, strong drafts on cheap widths go on."""
+    def run(width_cost, confidence, accepted, steps=400):
+        sched = AdaptiveDraftLength(lambda N: 1.0 / (0.004 + (width_cost if N > 2 else 0.0)), alpha=0.7)
+        sched.clock = lambda: 0.0
+        sched = _priced(sched, 0.00003)         # 8 drafts: 0.24 ms, 6 % of a 4 ms plain step ("free")
+        sched.skips_idle = True
+        caps = []
+        for i in range(steps):
+            left = [steps - i] * 2
+            cap = sched.draft_cap(2, 8, remaining=left, rows=[0, 1])
+            caps.append(cap)
+            if cap:
+                k = sched(Proposal(tokens=torch.zeros(2, cap, dtype=torch.long), num_tokens=torch.full((2,), cap),
+                                   confidence=torch.full((2, cap), confidence))).tolist()
+                acc = [min(v, accepted) for v in k]
+                sched.observe(k, acc, draft_seconds=0.00003 * cap, drafted=cap, offered=[cap, cap],
+                              target_seconds=0.004 + (width_cost if max(k) else 0.0))
+            else:
+                sched.observe([0, 0], [0, 0], target_seconds=0.004)
+        return caps
+
+    weak = run(0.0028, 0.3, 0)
+    assert sum(1 for c in weak[:16] if c == 8) >= 14     # it drafts the most first, to see what it saves
+    assert sum(1 for c in weak[100:] if c) <= 10, weak    # then only probes
+    strong = run(0.0002, 0.9, 8)
+    assert strong[100:] == [8] * 300, strong
 
 
 def test_a_new_request_is_verified_at_what_young_rows_accepted():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import time
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
@@ -210,16 +211,20 @@ def _best_width(conf: np.ndarray, valid: list, times: list, weights: Optional[Se
     return _argmax_width(tau, gain, times)
 
 
-def _argmax_width(tau: float, gain: list, times: list) -> int:
-    """The width w maximising Θ(w) = (τ + Σ_{j<w} gain[j]) / times[w] (the smallest on ties)."""
+def _argmax_width(tau: float, gain: list, times: list, saved: bool = False):
+    """The width w maximising Θ(w) = (τ + Σ_{j<w} gain[j]) / times[w] (the smallest on ties); with
+    `saved`, (w, the seconds it is expected to save over plain steps of the same worth:
+    (τ(w)/τ)·t(0) − t(w), with τ(w) = τ + Σ_{j<w} gain[j])."""
     if tau <= 0:
-        return 0
-    best, w = tau / times[0], 0
+        return (0, 0.0) if saved else 0
+    best, w, tau0 = tau / times[0], 0, tau
     for j, g in enumerate(gain):
         tau += g
         theta = tau / times[j + 1]
         if theta > best * (1 + 1e-9):
             best, w = theta, j + 1
+    if saved:
+        return w, best * times[w] / tau0 * times[0] - times[w]
     return w
 
 
@@ -291,9 +296,11 @@ class AdaptiveDraftLength:
       padded verify block) or, with padded=False, the per-row `schedule_prefix` then picks how
       many of them to verify. At batch 1 and 2, where drafting costs under `free_draft` of a
       plain step (prompt lookup), every step drafts the most (at batch 1, what `_shape_cap`
-      says): what to verify is then decided per step from the row's confidence (for prompt
-      lookup, from the matched length: first-draft acceptance 20–39 % after a 1-token match,
-      59–82 % after a 3-token one), not from the average behind argmax_D;
+      says; at batch 2, while what the schedule expects to save pays for the drafting,
+      `_free_pays`): what to verify is then decided per step from the row's confidence (for
+      prompt lookup, from the matched length: first-draft acceptance 20–39 % after a 1-token
+      match, 59–82 % after a 3-token one), not from the average behind argmax_D. A drafting
+      step's price includes `observe`'s own time;
     - drafts left unverified (`_shadow`, where the engine reports the tokens each row emitted
       and the drafts are exact tokens: greedy decoding, or a drafter without probabilities): each
       is checked against what the target emitted there, so calibration and acceptance learn
@@ -381,6 +388,7 @@ class AdaptiveDraftLength:
         self.skips_idle = False  # set by the engine: a step drafting nothing costs the drafter nothing
         self.sees_emitted = False   # set by the engine: `observe` gets the tokens each row emitted (`_shadow`)
         self.draft_token_seconds = draft_token_seconds   # batch size → seconds a drafted token, measured ahead
+        self.clock = time.perf_counter   # times `observe` itself (a test's fixed clock: decisions repeat)
         self.reset_stats()
 
     def reset_stats(self) -> None:
@@ -391,6 +399,10 @@ class AdaptiveDraftLength:
         self._lag_n, self._lag_acc = [0.0] * P, [0.0] * P     # the same, rows furthest behind only
         self._bin_n, self._bin_acc = [[0.0] * K for _ in range(P)], [[0.0] * K for _ in range(P)]
         self._cost = [0.0] * 5     # decayed Σ1, ΣD, Σt, ΣD², ΣDt of drafter steps
+        self._observe_times: list[float] = []   # `observe`'s own seconds on the latest drafting steps
+        self._observe_n = 0
+        self._free_fit: dict[int, list[float]] = {}   # batch size → decayed [steps, Σ seconds saved] (`_free_pays`)
+        self._free_step = False    # this step drafts the most where drafting is free (its saving is noted)
         self._rows = [0.0, 0.0]    # rows offered a draft, rows that proposed anything
         self._pos_index: dict[int, np.ndarray] = {}        # draft position per column, for `_calibrate`
         self._phis: dict[int, tuple] = {}                  # (φ, β) per batch size, refreshed with `_times`
@@ -521,9 +533,14 @@ class AdaptiveDraftLength:
         return self._draft_cost()(D)
 
     def _draft_cost(self) -> Callable[[int], float]:
-        """`draft_time` with the fitted line computed once (it is read for every D each step)."""
+        """`draft_time` with the fitted line computed once (it is read for every D each step).
+        Where the engine skips an idle drafter, a drafting step also pays `observe`'s full path
+        (a plain step only sums its time, `_coast`): on a host whose plain step at batch 2 takes
+        3.8 ms, that and the scheduler's calls in the drafting time were 0.14 ms a step, and
+        drafting every step to verify one in a hundred lost 7 % to plain decoding (BENCHMARKS,
+        session 25)."""
         slope, intercept = self._draft_line()
-        fixed = intercept if self.skips_idle else 0.0
+        fixed = intercept + self._observe_s if self.skips_idle else 0.0
         return lambda D: slope * D + fixed if D > 0 else 0.0
 
     def target_time(self, batch_size: int, width: int) -> float:
@@ -749,7 +766,7 @@ class AdaptiveDraftLength:
             self._since_probe += 1
             return 0
         self._fold_coast()
-        self._probing = self._full = False
+        self._probing = self._full = self._free_step = False
         self._remaining = None if remaining is None else list(remaining)
         self._row_ids = None if rows is None else list(rows)
         if rows is not None and len(self._row_fit) > len(self._row_ids):    # rows done: forget them
@@ -775,6 +792,7 @@ class AdaptiveDraftLength:
             max_draft = min(max_draft, self.max_tokens)
         cap = self._decide_cap(batch_size, max_draft)
         self._full = batch_size == 1 and cap == max_draft
+        self._free_step = batch_size > 1 and cap == max_draft and not self._probing
         if cap == 0 and not self._probing and self.skips_idle:
             self._coast(batch_size)
         return cap
@@ -851,7 +869,8 @@ class AdaptiveDraftLength:
         best = self._best_cap(batch_size, max_draft)
         # at batch 1 and 2, where drafting costs next to nothing (prompt lookup), the alternative to
         # the average's best D is drafting and verifying per step by the proposals seen
-        free = batch_size <= self.FREE_ROWS and best < max_draft and self._drafting_is_free(batch_size, max_draft)
+        free = (batch_size <= self.FREE_ROWS and best < max_draft and self._drafting_is_free(batch_size, max_draft)
+                and self._free_pays(batch_size, max_draft))
         self._since_probe += 1
         if self._futile and (self._free_cap(batch_size, max_draft) if free else best) != self._probe_choice:
             self._futile, self._probe_choice = 0, None     # a probe moved the choice: the whole budget again
@@ -923,6 +942,29 @@ class AdaptiveDraftLength:
     # (`static_worth`), the same cost 0.966 of D = 3 (§5.0e). At batch 4 and 8 the per-step
     # schedule verifies next to nothing, and drafting every step for it cost 0.8–1.8 % (replayed).
     FREE_ROWS = 2
+
+    FREE_STEPS = 16     # steps drafting the most at a batch size before `_free_pays` may say no
+
+    def _free_pays(self, batch_size: int, max_draft: int) -> bool:
+        """Whether drafting the most every step pays above batch 1 (where `_shape_cap` decides it):
+        the seconds the per-step schedule expected to save on such steps lately (`_note_saving`),
+        against what drafting them costs. "Free" drafting is not free on a fast host: at batch 2,
+        1k tokens, where a width of 1 costs 1.7 plain steps, the schedule verified 1 step in 100
+        while drafting and its bookkeeping took 0.26 ms of every 3.9 ms step, at 0.93 of plain
+        decoding (BENCHMARKS, session 25). Once it says no, the choice is the average's best D,
+        and shadow probes (drafting only) keep noting what drafting would save."""
+        if batch_size == 1:
+            return True
+        n, saved = self._free_fit.get(batch_size, (0.0, 0.0))
+        return n < self.FREE_STEPS or saved / n > self._draft_cost()(max_draft)
+
+    def _note_saving(self, batch_size: int, saved: float) -> None:
+        """A step drafting the most (`_free_step`): the seconds its schedule expected to save over
+        plain decoding (`_argmax_width`'s `saved`; 0 where no row proposed), decayed as the step
+        times are (FORGET)."""
+        f = self._free_fit.setdefault(batch_size, [0.0, 0.0])
+        f[0] = self.FORGET * f[0] + 1.0
+        f[1] = self.FORGET * f[1] + saved
 
     def _free_cap(self, batch_size: int, max_draft: int) -> int:
         """What to draft where drafting is free: at batch 1 as the proposal shapes seen say
@@ -1075,6 +1117,30 @@ class AdaptiveDraftLength:
     def observe(self, verified: Union[torch.Tensor, list], accepted: Union[torch.Tensor, list],
                 draft_seconds: float = 0.0, drafted: int = 0, offered: Union[torch.Tensor, list, None] = None,
                 target_seconds: float = 0.0, catch_up: bool = False, emitted: Optional[list] = None) -> None:
+        """`_observe`, timed on the steps that drafted: its own Python is part of their price
+        (`_draft_cost`)."""
+        t = self.clock()
+        self._observe(verified, accepted, draft_seconds, drafted, offered, target_seconds, catch_up, emitted)
+        if draft_seconds > 0 and self.learn:
+            times, i = self._observe_times, self._observe_n % self.OBSERVE_TIMES
+            if i < len(times):
+                times[i] = self.clock() - t
+            else:
+                times.append(self.clock() - t)
+            self._observe_n += 1
+
+    OBSERVE_TIMES = 15     # `observe`'s latest drafting steps whose median `_observe_s` is
+
+    @property
+    def _observe_s(self) -> float:
+        """`observe`'s own seconds on a drafting step: the median of the latest (a step that
+        first builds a batch size's curve takes milliseconds once)."""
+        times = self._observe_times
+        return sorted(times)[len(times) // 2] if times else 0.0
+
+    def _observe(self, verified: Union[torch.Tensor, list], accepted: Union[torch.Tensor, list],
+                 draft_seconds: float = 0.0, drafted: int = 0, offered: Union[torch.Tensor, list, None] = None,
+                 target_seconds: float = 0.0, catch_up: bool = False, emitted: Optional[list] = None) -> None:
         """The verdict of the step just verified: per row, verified drafts and accepted drafts;
         `offered`, per row, the drafts the drafter was asked for (the engine's caps); tensors or
         lists (the engine passes the lists it already made);
@@ -1473,6 +1539,8 @@ class AdaptiveDraftLength:
         B, D = proposal.tokens.shape[0], proposal.tokens.shape[-1]
         if D == 0 or max(proposed, default=0) == 0:
             self._raw = [()] * B     # nothing proposed: nothing to calibrate or decide (`_observe_unproposed`)
+            if self._free_step:
+                self._note_saving(B, 0.0)
             if self._full:
                 self._note_shape([])
             return num if num.dtype == torch.long else num.long()     # all zero
@@ -1499,7 +1567,11 @@ class AdaptiveDraftLength:
                 self._cal, w = hit
             else:
                 cal = self._cal = self._calibrate_rows(raw)
-                w = _best_width_rows(cal, proposed, self._width_times(B, D), self.static_worth(B), self._row_scale(B))
+                times = self._width_times(B, D)
+                w, saved = _argmax_width(*_gains_rows(cal, proposed, self.static_worth(B), self._row_scale(B)),
+                                         times, saved=True)
+                if self._free_step:
+                    self._note_saving(B, saved)
             if w >= max(proposed):
                 return num if num.dtype == torch.long else num.long()
             w = num.clamp(max=w)
