@@ -944,15 +944,22 @@ class AdaptiveDraftLength:
     FREE_ROWS = 2
 
     FREE_STEPS = 16     # steps drafting the most at a batch size before `_free_pays` may say no
+    FREE_Z = 1.0        # standard errors above the calibrated acceptance at which `_free_pays` prices a saving
 
     def _free_pays(self, batch_size: int, max_draft: int) -> bool:
         """Whether drafting the most every step pays above batch 1 (where `_shape_cap` decides it):
-        the seconds the per-step schedule expected to save on such steps lately (`_note_saving`),
-        against what drafting them costs. "Free" drafting is not free on a fast host: at batch 2,
-        1k tokens, where a width of 1 costs 1.7 plain steps, the schedule verified 1 step in 100
+        the seconds the per-step schedule could save on such steps lately (`_note_saving`), against
+        what drafting them costs. "Free" drafting is not free on a fast host: at batch 2, 1k
+        tokens, where a width of 1 costs 1.7 plain steps, the schedule verified 1 step in 100
         while drafting and its bookkeeping took 0.26 ms of every 3.9 ms step, at 0.93 of plain
-        decoding (BENCHMARKS, session 25). Once it says no, the choice is the average's best D,
-        and shadow probes (drafting only) keep noting what drafting would save."""
+        decoding (BENCHMARKS, session 25). The saving is priced at acceptance `FREE_Z` standard
+        errors above the calibrated: priced at the calibrated, the first steps of a cell (young
+        rows, a calibration still at its prior) saved nothing, the guard stopped drafting, and
+        prompt lookup at batch 2 on session 15's prices went from 1.067 of the best fixed D to
+        0.980 (replayed, 6 noise streams); at 2 errors above, the guard no longer stopped at 256
+        tokens on this session's prices (0.973 of plain, against 0.996 at 1 or 0.5). Once it
+        says no, the choice is the average's best D, and shadow probes (drafting only) keep
+        noting what drafting could save."""
         if batch_size == 1:
             return True
         n, saved = self._free_fit.get(batch_size, (0.0, 0.0))
@@ -1567,11 +1574,11 @@ class AdaptiveDraftLength:
                 self._cal, w = hit
             else:
                 cal = self._cal = self._calibrate_rows(raw)
-                times = self._width_times(B, D)
-                w, saved = _argmax_width(*_gains_rows(cal, proposed, self.static_worth(B), self._row_scale(B)),
-                                         times, saved=True)
-                if self._free_step:
-                    self._note_saving(B, saved)
+                times, worth, scale = self._width_times(B, D), self.static_worth(B), self._row_scale(B)
+                w = _argmax_width(*_gains_rows(cal, proposed, worth, scale), times)
+                if self._free_step:     # what verifying could save, acceptance FREE_Z errors above
+                    opt = self._calibrate_rows(raw, self.FREE_Z)
+                    self._note_saving(B, _argmax_width(*_gains_rows(opt, proposed, worth, scale), times, saved=True)[1])
             if w >= max(proposed):
                 return num if num.dtype == torch.long else num.long()
             w = num.clamp(max=w)
