@@ -943,7 +943,7 @@ class AdaptiveDraftLength:
     # schedule verifies next to nothing, and drafting every step for it cost 0.8–1.8 % (replayed).
     FREE_ROWS = 2
 
-    FREE_STEPS = 16     # steps drafting the most at a batch size before `_free_pays` may say no
+    FREE_STEPS = 16     # such steps (a count decayed by FORGET: at most 50) before `_free_pays` may say no
     FREE_Z = 1.0        # standard errors above the calibrated acceptance at which `_free_pays` prices a saving
 
     def _free_pays(self, batch_size: int, max_draft: int) -> bool:
@@ -966,9 +966,9 @@ class AdaptiveDraftLength:
         return n < self.FREE_STEPS or saved / n > self._draft_cost()(max_draft)
 
     def _note_saving(self, batch_size: int, saved: float) -> None:
-        """A step drafting the most (`_free_step`): the seconds its schedule expected to save over
-        plain decoding (`_argmax_width`'s `saved`; 0 where no row proposed), decayed as the step
-        times are (FORGET)."""
+        """A step drafting the most (`_free_step`): the seconds its schedule could save over plain
+        decoding (`_argmax_width`'s `saved`, at acceptance `FREE_Z` errors up; 0 where no row
+        proposed), decayed as the step times are (FORGET)."""
         f = self._free_fit.setdefault(batch_size, [0.0, 0.0])
         f[0] = self.FORGET * f[0] + 1.0
         f[1] = self.FORGET * f[1] + saved
