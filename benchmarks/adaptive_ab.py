@@ -55,7 +55,7 @@ def run(args) -> list[dict]:
     B = args.batch_size
     starts = list(range(0, len(prompts), B))
     setting = {k: getattr(args, k) for k in ("target", "drafter", "dataset", "batch_size", "requests", "D",
-                                             "adaptive", "fixed", "max_new_tokens", "versus")}
+                                             "adaptive", "fixed", "max_new_tokens", "versus", "warm")}
     out = Path(args.out) if args.out else None
     units: list[dict] = []
     if out is not None:
@@ -68,6 +68,18 @@ def run(args) -> list[dict]:
         if log.exists():
             units = load_units(log)
             log.write_text("".join(json.dumps(u) + "\n" for u in units))
+    if args.warm:
+        # what the validation's sweep does before this cell: the same drafters decode another set
+        # (another context octave), so their schedulers here start from what they learned there
+        from draftwise.bench.datasets import load_dataset
+        warm = [tgt.tokenizer.encode(r.turns[0]) for r in load_dataset(args.warm, tgt.tokenizer, num_requests=args.requests)]
+        for name, D, ad in configs:
+            if ad:
+                for j in range(0, len(warm), B):
+                    sched = ad if name != "versus" else dw.api._adaptive_scheduler(
+                        tgt, adaptive, warm[j:j + B], D, drafters[name], args.max_new_tokens, scheduler_cls=versus)
+                    dw.generate(tgt, warm[j:j + B], drafter=drafters[name], num_draft_tokens=D,
+                                max_new_tokens=args.max_new_tokens, ignore_eos=True, adaptive=sched)
     for u in range(len(units), args.rounds * len(starts)):
         i = starts[u % len(starts)]
         unit = {"unit": u, "batch": u % len(starts), "configs": {}}
@@ -256,6 +268,33 @@ def by_rows(folder: Path) -> str:
     return f"{folder.name}, after round 1\n" + "\n".join(rows)
 
 
+def by_round(folder: Path) -> str:
+    """Per round of the request set and configuration: steps, steps verifying, tokens per step,
+    ms per step (target priced as in `summarise`, drafter, other) and step-priced tokens/s over the
+    best fixed D's — round 1 holds adaptive D's learning from nothing, later rounds what it learned."""
+    units = load_units(folder / "units.jsonl")
+    per_round = 1 + max(u["batch"] for u in units)
+    price = shape_prices(units)
+    names = sorted(units[0]["configs"], key=lambda n: (n != "plain", n))
+    rows = ["| round | config | steps | verifying | tokens/step | target / drafter / other ms a step | "
+            "step-priced over the best fixed |", "|---|---|---|---|---|---|---|"]
+    for r in range(len(units) // per_round):
+        part = units[r * per_round:(r + 1) * per_round]
+        rate = {}
+        for n in names:
+            steps = [s for u in part for s in u["configs"][n]["steps"]]
+            tokens = sum(u["configs"][n]["tokens"] for u in part)
+            cols = [sum(price[(s[0], s[1])] for s in steps), sum(s[3] for s in steps), sum(s[4] for s in steps)]
+            rate[n] = (tokens / sum(cols), len(steps), sum(1 for s in steps if s[1]), tokens / len(steps),
+                       [1e3 * c / len(steps) for c in cols])
+        best = max(rate[n][0] for n in names if n not in ("adaptive", "versus"))
+        for n in names:
+            tps, k, ver, tpst, ms = rate[n]
+            rows.append(f"| {r + 1} | {n} | {k} | {ver} | {tpst:.3f} | {' / '.join(f'{m:.3f}' for m in ms)} | "
+                        f"{tps / best:.3f} |")
+    return f"{folder.name}, step prices pooled over the whole run\n" + "\n".join(rows)
+
+
 def costs(root: Path) -> str:
     """Per cell under `root` (after round 1), what adaptive D's steps cost over plain decoding's, in
     % of plain decoding's step-priced time: its steps that verify drafts (each priced as in
@@ -293,6 +332,11 @@ def main() -> None:
                     help="print a markdown table of the runs in DIR's subfolders (nothing is decoded)")
     ap.add_argument("--versus", default=None, metavar="PATH",
                     help="also run adaptive D with the AdaptiveDraftLength of this other version of planner/adaptive.py")
+    ap.add_argument("--warm", default=None, metavar="DATASET",
+                    help="first let adaptive D's drafters decode this set once (another context length, as a "
+                         "validation sweep does before the cell), unmeasured")
+    ap.add_argument("--by-round", default=None, metavar="DIR",
+                    help="print, per round of the run DIR and configuration, its steps and step-priced throughput")
     ap.add_argument("--costs", default=None, metavar="DIR",
                     help="print, per cell folder in DIR, what adaptive D's steps cost over plain decoding's")
     ap.add_argument("--widths", default=None, metavar="DIR",
@@ -302,6 +346,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.rows:
         print(by_rows(Path(args.rows)))
+        return
+    if args.by_round:
+        print(by_round(Path(args.by_round)))
         return
     if args.table:
         print(table(Path(args.table)))

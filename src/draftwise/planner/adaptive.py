@@ -228,18 +228,26 @@ def _argmax_width(tau: float, gain: list, times: list, saved: bool = False):
     return w
 
 
-def _best_width_rows(cal: list, valid: list, times: list, worth: Optional[StaticWorth] = None,
-                     scale: Optional[Sequence[float]] = None) -> int:
-    """`_best_width` in plain Python for a small batch (a few dozen (row, position) pairs, where a
-    dozen numpy calls cost ~30 µs a step), with a static batch's `worth` (None: every token 1).
-    The same answer as `_best_width` (tests/test_planner_adaptive.py)."""
-    return _argmax_width(*_gains_rows(cal, valid, worth, scale), times)
+def _best_width_row(cal: list, times: list, k: float = 1.0) -> int:
+    """`_best_width` in plain Python for a batch of one row (no static worth), in one pass: `cal`,
+    its calibrated confidences cut to what it proposed; k, its factor (`scale`). The same answer
+    as `_best_width` (tests/test_planner_adaptive.py)."""
+    tau, surv, best, w = 1.0, 1.0, 1.0 / times[0], 0
+    for j, c in enumerate(cal):
+        surv *= c
+        tau += surv if k == 1.0 else min(1.0, k * surv)
+        theta = tau / times[j + 1]
+        if theta > best * (1 + 1e-9):
+            best, w = theta, j + 1
+    return w
 
 
 def _gains_rows(cal: list, valid: list, worth: Optional[StaticWorth] = None,
                 scale: Optional[Sequence[float]] = None) -> tuple[float, list]:
-    """(τ, gain per draft position) of `_argmax_width` for calibrated confidences on lists; a row
-    may be shorter than the block (cut to what it proposed); `scale` as in `_best_width`."""
+    """(τ, gain per draft position) of `_argmax_width` for calibrated confidences on lists, for a
+    small batch (a few dozen (row, position) pairs, where a dozen numpy calls cost ~30 µs a
+    step); a row may be shorter than the block (cut to what it proposed); `scale` as in
+    `_best_width`."""
     lens = [min(v, len(row)) for row, v in zip(cal, valid)]
     top = max(lens, default=0)
     if top <= 0:
@@ -440,6 +448,7 @@ class AdaptiveDraftLength:
         self._young_rows: Optional[list] = None   # per row this step, whether it is young (None: no factor)
         self._cal: Optional[list] = None       # this step's calibrated confidences, as decided on
         self._remaining: Optional[list[int]] = None   # per row, tokens it may still generate this step
+        self._lagging: Optional[list[bool]] = None    # per row, whether it has the most left (`_behind`)
         self._shapes: dict[tuple, list] = {}   # batch 1, drafting the most: confidence bins → [steps, raw row]
         self._full = False                     # this step drafts the most at batch 1 (its shape is noted)
         self._made_now: dict = {}              # row → its drafts left unverified this step (`_check_shadow`'s item)
@@ -768,6 +777,8 @@ class AdaptiveDraftLength:
         self._fold_coast()
         self._probing = self._full = self._free_step = False
         self._remaining = None if remaining is None else list(remaining)
+        top = max(self._remaining, default=0) if remaining is not None else 0
+        self._lagging = None if remaining is None else [r >= top for r in self._remaining]
         self._row_ids = None if rows is None else list(rows)
         if rows is not None and len(self._row_fit) > len(self._row_ids):    # rows done: forget them
             self._row_fit = {i: self._row_fit[i] for i in self._row_ids if i in self._row_fit}
@@ -872,14 +883,17 @@ class AdaptiveDraftLength:
         free = (batch_size <= self.FREE_ROWS and best < max_draft and self._drafting_is_free(batch_size, max_draft)
                 and self._free_pays(batch_size, max_draft))
         self._since_probe += 1
-        if self._futile and (self._free_cap(batch_size, max_draft) if free else best) != self._probe_choice:
+        # where drafting is free (prompt lookup): draft as the proposals seen say and leave what
+        # to verify to the per-step scheduler, which sees the row's confidence — the average
+        # behind `best` mixes strong proposals with weak ones
+        choice = self._free_cap(batch_size, max_draft) if free else best
+        if self._futile and choice != self._probe_choice:
             self._futile, self._probe_choice = 0, None     # a probe moved the choice: the whole budget again
         if self._since_probe >= self._interval and best < max_draft and self._elapsed >= self._wait_until:
             # probe past the choice and verify it, or a pessimistic estimate (or a position never
             # observed) could not recover — but only while the evidence leaves room for it to pay:
             # under optimistic acceptance (upper confidence bounds) the probe's length must beat
             # the choice. Once enough steps rule that out, probes stop costing anything.
-            choice = self._free_cap(batch_size, max_draft) if free else best
             # where drafting is free and `_shadow` sees what each draft would have done, a probe
             # only drafts the most and leaves what to verify to the per-step schedule: drafting is
             # all it costs (~0.02 of a plain step for prompt lookup, where verifying 8 drafts costs
@@ -926,12 +940,7 @@ class AdaptiveDraftLength:
                 return D
             else:
                 self._since_probe = 0
-        if free:
-            # drafting costs next to nothing (prompt lookup): draft as the proposals seen say and
-            # leave what to verify to the per-step scheduler, which sees the row's confidence —
-            # the average behind `best` mixes strong proposals with weak ones
-            return self._free_cap(batch_size, max_draft)
-        return best
+        return choice
 
     # Batch sizes up to which drafting that costs next to nothing drafts the most whatever the
     # average's best D (`_decide_cap`). At batch 2 the average is learned mostly from the first
@@ -1002,8 +1011,12 @@ class AdaptiveDraftLength:
             return max_draft
         key = (max_draft, z)
         cap = self._shape_best.get(key)
-        if cap is not None:
-            return cap
+        if cap is None:
+            cap = self._shape_best[key] = self._decide_shape_cap(max_draft, z)
+        return cap
+
+    def _decide_shape_cap(self, max_draft: int, z: float) -> int:
+        """`_shape_cap`, decided afresh."""
         shapes = list(self._shapes.values())
         times = self._width_times(1, max_draft)
         draft = self._draft_cost()
@@ -1023,9 +1036,7 @@ class AdaptiveDraftLength:
                 seconds[d] += n * times[w]
         total = self._shape_count
         rate = [t / (s + total * draft(d)) for d, (t, s) in enumerate(zip(tokens, seconds))]
-        cap = max(range(max_draft + 1), key=lambda d: (rate[d] * (1 - 1e-9 * d), -d))
-        self._shape_best[key] = cap
-        return cap
+        return max(range(max_draft + 1), key=lambda d: (rate[d] * (1 - 1e-9 * d), -d))
 
     def _catch_up_price(self, batch_size: int) -> float:
         """Seconds the drafter would spend absorbing what it has yet to see, if it drafted now:
@@ -1073,12 +1084,9 @@ class AdaptiveDraftLength:
         return StaticWorth(phi, back, top - runner_up, beta)
 
     def _behind(self) -> Optional[list[bool]]:
-        """Per row, whether it is furthest behind (most tokens left) this step."""
-        rem = self._remaining
-        if rem is None:
-            return None
-        top = max(rem, default=0)
-        return [r >= top for r in rem]
+        """Per row, whether it is furthest behind (most tokens left) this step (set by `draft_cap`,
+        read up to three times a step)."""
+        return self._lagging
 
     PHI_SPAN = 4    # plain step times, at batch B and the batch sizes below it, that Δ is fitted on
 
@@ -1356,10 +1364,12 @@ class AdaptiveDraftLength:
 
     def _count_observed(self) -> None:
         """One more step observed. The choice moves slowly once a few dozen steps are in: decide
-        afresh every 8 steps (each decision costs ~0.1 ms of Python, a step at batch 1 ~10 ms), and
-        from the shapes seen (`_shape_cap`) every step only in the first 32."""
+        afresh every 8 steps, every 32 once 256 are in (one more observation then moves a
+        position's acceptance by under 0.4 %; `draft_values` alone costs ~65 µs inside decoding,
+        ~8 µs a step when decided every 8), and from the shapes seen (`_shape_cap`) every step
+        only in the first 32."""
         self._observed += 1
-        if self._observed < 32 or self._observed % 8 == 0:
+        if self._observed < 32 or self._observed % (8 if self._observed < 256 else 32) == 0:
             self._best.clear()
             if self._observed < 32:
                 self._shape_best.clear()
@@ -1516,13 +1526,15 @@ class AdaptiveDraftLength:
     def __call__(self, proposal) -> torch.LongTensor:
         out = self._schedule(proposal)
         self._one_hot = getattr(proposal, "probs", None) is None
-        if self.learn and self.sees_emitted and self._one_hot and self._proposed:
+        self._made_now = {}
+        # (the schedule returns the proposal's own counts where it verifies every draft)
+        if self.learn and self.sees_emitted and self._one_hot and self._proposed and out is not proposal.num_tokens:
             self._keep_unverified(proposal, out)
         return out
 
     def _keep_unverified(self, proposal, out: torch.Tensor) -> None:
         """Note the drafts proposed but left unverified this step, for `_shadow`."""
-        made, self._made_now = self._proposed, {}
+        made = self._proposed
         ver = out.tolist()
         if all(v >= m for v, m in zip(ver, made)):
             return
@@ -1562,16 +1574,12 @@ class AdaptiveDraftLength:
             if self._full:
                 self._note_shape(raw[0])
             if B == 1:
-                # one row: the decision follows from its confidences alone (prompt lookup's follow
-                # from its matched length: a few dozen shapes), so it is kept with `_best` until
-                # the statistics next change (8 steps at most) — ~25 µs a step on cold caches
+                # one row: calibrated and searched afresh, a pass over its few drafts. Kept per
+                # (shape, factor) until the statistics changed, the decision was found kept in 2
+                # steps of 5, and looking it up cost as much as the pass (session 26)
                 scale = self._row_scale(1)
-                key = ("row", D, tuple(raw[0]), None if scale is None else scale[0])
-                hit = self._best.get(key)
-                if hit is None:
-                    cal = self._calibrate_rows(raw)
-                    hit = self._best[key] = (cal, _best_width_rows(cal, proposed, self._width_times(1, D), None, scale))
-                self._cal, w = hit
+                cal = self._cal = self._calibrate_rows(raw)
+                w = _best_width_row(cal[0], self._width_times(1, D), 1.0 if scale is None else scale[0])
             else:
                 cal = self._cal = self._calibrate_rows(raw)
                 times, worth, scale = self._width_times(B, D), self.static_worth(B), self._row_scale(B)
