@@ -878,6 +878,31 @@ def test_at_batch_4_cheap_drafts_are_still_looked_at_once_plain_decoding_is_the_
     assert sum(1 for k in verified[200:] if k >= 4) >= 50, verified[200:]
 
 
+def test_one_slow_observe_does_not_price_drafting_out():
+    """`observe`'s own time joins a drafting step's price as the median of the latest drafting
+    steps. With one or two timed, one slow step (a batch size's curve built, the machine busy) is
+    that median: here one second made drafting dearer than any step it could save, the scheduler
+    decoded plain, and a plain step is never timed, so nothing corrected it. (Timing one drafting
+    step in four, tried in session 26, left prompt lookup at batch 1 plain for 1536 steps.)"""
+    sched = AdaptiveDraftLength(lambda N: 1.0 / (0.01 * (1 + 0.05 * (N - 1))), alpha=0.7,
+                                draft_token_seconds=lambda b: 1e-6)
+    sched.skips_idle = True
+    ticks = iter([0.0, 1.0])            # the first drafting step's observe takes a second, later ones nothing
+    sched.clock = lambda: next(ticks, 0.0)
+    caps = []
+    for _ in range(6):
+        cap = sched.draft_cap(1, 4)
+        caps.append(cap)
+        if cap:
+            prop = Proposal(tokens=torch.zeros(1, cap, dtype=torch.long), num_tokens=torch.tensor([cap]),
+                            confidence=torch.full((1, cap), 0.9))
+            k = torch.minimum(prop.num_tokens, sched(prop))
+            sched.observe(k, k, 1e-6 * cap, cap, offered=torch.tensor([cap]), target_seconds=0.01 * (1 + 0.05 * int(k)))
+        else:
+            sched.observe(torch.tensor([0]), torch.tensor([0]), 0.0, 0, target_seconds=0.01)
+    assert all(c > 0 for c in caps), caps
+
+
 def test_at_batch_2_drafting_every_step_stops_where_what_it_verifies_saves_less_than_drafting_costs():
     """At batch 2 drafting that costs under a tenth of a plain step (prompt lookup) drafted the most
     every step and left what to verify to the per-step schedule. On a host where a width of 1

@@ -1149,9 +1149,11 @@ class AdaptiveDraftLength:
     @property
     def _observe_s(self) -> float:
         """`observe`'s own seconds on a drafting step: the median of the latest (a step that
-        first builds a batch size's curve takes milliseconds once)."""
+        first builds a batch size's curve takes milliseconds once), none until 3 are timed — the
+        median of one is that one, and a scheduler priced out of drafting by it decodes plain and
+        times no other (`test_one_slow_observe_does_not_price_drafting_out`)."""
         times = self._observe_times
-        return sorted(times)[len(times) // 2] if times else 0.0
+        return sorted(times)[len(times) // 2] if len(times) >= 3 else 0.0
 
     def _observe(self, verified: Union[torch.Tensor, list], accepted: Union[torch.Tensor, list],
                  draft_seconds: float = 0.0, drafted: int = 0, offered: Union[torch.Tensor, list, None] = None,
