@@ -308,7 +308,8 @@ class AdaptiveDraftLength:
       `_free_pays`): what to verify is then decided per step from the row's confidence (for
       prompt lookup, from the matched length: first-draft acceptance 20–39 % after a 1-token
       match, 59–82 % after a 3-token one), not from the average behind argmax_D. A drafting
-      step's price includes `observe`'s own time;
+      step's price includes the scheduler's own time (its three calls), at its median
+      (`_observe_s`); the drafter's line is fitted on the rest of the drafting seconds;
     - drafts left unverified (`_shadow`, where the engine reports the tokens each row emitted
       and the drafts are exact tokens: greedy decoding, or a drafter without probabilities): each
       is checked against what the target emitted there, so calibration and acceptance learn
@@ -333,7 +334,8 @@ class AdaptiveDraftLength:
       expected drafts (`_row_scale`) times that of every row at its age (`_age_factor`: young,
       fewer than `YOUNG` tokens generated, or grown);
     - exploration: every step that drafts D and verifies it observes positions 1…D. The first
-      step drafts one token, which prices the drafter (unless `draft_token_seconds`,
+      step drafts one token, which prices the drafter (three such steps if that one looks
+      implausibly dear, `_note_draft`; unless `draft_token_seconds`,
       from a profile that measured this drafter, gives the price ahead; a step in which the drafter
       also fed itself the prompts prices nothing, the next one does; what of it to verify the
       per-step schedule decides); then, periodically, the
@@ -357,7 +359,9 @@ class AdaptiveDraftLength:
       of a plain step, and where drafting never pays that bound is the whole price of being
       adaptive. Where drafting costs under `free_draft` of a plain step and `_shadow` sees the
       drafts, a probe only drafts, at any batch size and without the optimistic test: what to
-      verify stays with the per-step schedule, and drafting is all it costs;
+      verify stays with the per-step schedule, and drafting is all it costs (at batch 1 and 2,
+      while the choice is plain decoding, such probes keep the period `probe_every` and the
+      whole budget);
     - plain steps decided ahead: while the choice is plain decoding, the steps until the next
       refresh of the step times or probe check are decided at once (`_coast`).
     """
@@ -407,7 +411,10 @@ class AdaptiveDraftLength:
         self._lag_n, self._lag_acc = [0.0] * P, [0.0] * P     # the same, rows furthest behind only
         self._bin_n, self._bin_acc = [[0.0] * K for _ in range(P)], [[0.0] * K for _ in range(P)]
         self._cost = [0.0] * 5     # decayed Σ1, ΣD, Σt, ΣD², ΣDt of drafter steps
-        self._observe_times: list[float] = []   # `observe`'s own seconds on the latest drafting steps
+        # the pricing steps' (tokens ≥ 1, tokens, seconds); None once priced (`_note_draft`)
+        self._draft_held: Optional[list[tuple[float, float, float]]] = []
+        self._observe_times: list[float] = []   # the scheduler's own seconds on the latest drafting steps
+        self._own = 0.0     # seconds in `draft_cap` and the schedule since the last `observe`
         self._observe_n = 0
         self._free_fit: dict[int, list[float]] = {}   # batch size → decayed [steps, Σ seconds saved] (`_free_pays`)
         self._free_step = False    # this step drafts the most where drafting is free (its saving is noted)
@@ -437,7 +444,7 @@ class AdaptiveDraftLength:
         self._elapsed = self._explored = 0.0   # seconds decoded; seconds probes cost over the choice
         self._charge: Optional[tuple] = None   # a probe step's modelled seconds at the choice and at its D
         self._wait_until = 0.0                 # no probe before this much time decoded (budget)
-        self._priced = False                   # a drafting step observed: the drafter's price is known
+        self._priced = False                   # the drafter's price is known (`_note_draft`)
         self._pending = 0.0                    # target prefill seconds the drafter has yet to absorb
         self._kappa = [0.0, 0.0]               # catch-ups seen: count, Σ drafter seconds / pending prefill
         self._raw: Optional[np.ndarray] = None    # raw confidences of the proposal being verified
@@ -521,6 +528,51 @@ class AdaptiveDraftLength:
         """Share of rows offered a draft that proposed anything (prior: 1, weight `prior_weight`)."""
         offered, proposed = self._rows
         return (proposed + self.prior_weight) / (offered + self.prior_weight)
+
+    PRICE_STEPS = 3        # drafting steps that price the drafter where the first looks implausible
+    DRAFT_PLAUSIBLE = 0.5  # ... dearer a drafted token than this share of its step's other seconds
+    DRAFT_CLIP = 2.0       # a drafting step's seconds count at most this many times what `_draft_line` expects
+
+    def _note_draft(self, D: float, seconds: float, step_seconds: float) -> None:
+        """A drafting step's drafter seconds (`step_seconds`: the rest of its step), for
+        `_draft_line`. Drafting is timed only on steps that draft, so a price too high stays: one
+        30 ms hiccup (a garbage collection, the OS) in the one pricing step made prompt lookup's
+        drafts cost 60 ms each, and the scheduler decoded plain to the end. So a first step whose
+        drafted token cost over `DRAFT_PLAUSIBLE` of the step's other seconds is not taken alone:
+        the drafter is priced at the median of `PRICE_STEPS` (each scaled to the last one's length:
+        a bound over the cost of a drafter flat in D, prompt lookup, and of one linear in it, a
+        draft model). Pricing on three steps always cost 0.2–0.4 % of a round of prompt lookup at
+        batch 1, 1k tokens (replayed, session 27). Once priced, each step counts at most
+        `DRAFT_CLIP` times the line's price of its length: unclipped, a few slow steps of 8 drafts
+        among steps of 0–1 (the scheduler's Python is timed in drafting) made each draft cost
+        0.05–0.07 ms, 5 times its price; drafting 8 no longer counted as free, and 2 replays in 60
+        of prompt lookup at batch 1, 256 tokens, decoded plain (0.82 of D = 2)."""
+        held = self._draft_held
+        if held is None:
+            n, sd, st, sdd, _ = self._cost
+            if n > 0.0 and sdd / n - (sd / n) ** 2 > 1e-9:
+                slope, intercept = self._draft_line()
+                ref = slope * D + intercept
+            else:   # one length seen: the line cannot tell a flat cost from a linear one, so bound both
+                ref = 0.0 if n <= 0.0 else st / n * (max(1.0, D * n / sd) if sd > 0.0 else 1.0)
+            self._add_draft(D, min(seconds, self.DRAFT_CLIP * ref) if ref > 0.0 else seconds)
+            return
+        held.append((max(D, 1.0), D, seconds))
+        if len(held) == 1 and not (step_seconds > 0.0 and seconds > self.DRAFT_PLAUSIBLE * max(D, 1.0) * step_seconds):
+            self._add_draft(D, seconds)
+        elif len(held) < self.PRICE_STEPS:
+            return
+        else:
+            d, n, _ = held[-1]
+            scaled = sorted(s * max(1.0, d / e) for e, _, s in held)
+            self._add_draft(n, scaled[(len(scaled) - 1) // 2])
+        self._draft_held = None
+        self._priced = True
+
+    def _add_draft(self, D: float, seconds: float) -> None:
+        c = self._cost
+        self._cost = [0.98 * c[0] + 1.0, 0.98 * c[1] + D, 0.98 * c[2] + seconds,
+                      0.98 * c[3] + D * D, 0.98 * c[4] + D * seconds]
 
     def _draft_line(self) -> tuple[float, float]:
         """(seconds per drafted token, seconds per drafting step): a decayed least-squares line
@@ -768,7 +820,14 @@ class AdaptiveDraftLength:
         it may still generate (for `static_worth`); `catch_up`, the target's seconds to prefill what
         the drafter must absorb before it can propose (a catching-up drafter's prompts), 0 if none;
         `rows`, per row, an id the engine keeps for it across its steps and never gives another
-        (for `_row_scale`)."""
+        (for `_row_scale`). Timed: the engine counts it in the drafter's seconds (`observe`)."""
+        t = self.clock()
+        cap = self._draft_cap(batch_size, max_draft, remaining, catch_up, rows)
+        self._own += self.clock() - t
+        return cap
+
+    def _draft_cap(self, batch_size: int, max_draft: int, remaining: Optional[Sequence[int]],
+                   catch_up: float, rows: Optional[Sequence]) -> int:
         if self._coast_left > 0 and batch_size == self._coast_b:
             # plain decoding decided ahead (`_coast`): nothing it reads can change before then
             self._coast_left -= 1
@@ -866,9 +925,10 @@ class AdaptiveDraftLength:
             # budget, then learn the rest (a draft model's catch-up on the prompts included)
             t, w = float(self.draft_token_seconds(batch_size)), self.prior_weight
             self._cost = [w, w, w * t, w, w * t]
-            self._priced = True
+            self._priced, self._draft_held = True, None
         if not self._priced:
-            # the drafter's price is unknown: draft one token to learn it. A full-length first
+            # the drafter's price is unknown: draft one token to learn it (up to `PRICE_STEPS`
+            # such steps, so one slow step cannot price drafting out). A full-length first
             # probe with a draft model at batch 8 (its catch-up on the prompt, 8 sequential
             # forwards, 72 tokens verified) cost 6 % of four batches of 48 tokens. Pricing needs no
             # verification, so the per-step schedule decides it: verified whatever the evidence,
@@ -917,8 +977,14 @@ class AdaptiveDraftLength:
             # each probe after which the choice stood shrinks the budget: after k of them in a row
             # probes may cost explore/(1 + k) of the time decoded, so where drafting never pays
             # their share falls as 1/√time instead of staying at `explore` (0.3–0.7 % of the
-            # cells where plain decoding won, BENCHMARKS §5.0h)
-            share = self.explore / (1 + self._futile)
+            # cells where plain decoding won, BENCHMARKS §5.0h). Not for shadow probes where
+            # drafting is free (batch 1 and 2) and the choice is plain decoding: each costs a few
+            # per cent of a step, so the whole budget still holds one in every ~10 steps, and their
+            # period stays `probe_every`. Shrunk and doubled, they came once every ~200 steps, a
+            # request that repeated itself went unseen, and prompt lookup at batch 1, 1k tokens,
+            # stayed plain: below 0.95 of the best fixed D in 21 replays of 60 in round 1 and 6 of
+            # 30 in round 3 (2 and 0 with the whole budget; session 27)
+            share = self.explore if shadow and free and choice == 0 else self.explore / (1 + self._futile)
             if self._explored + price > share * self._elapsed:
                 # over the exploration budget: wait until it covers this probe (pricing it every
                 # step while waiting cost ~25 µs a step, 0.1 % at batch 16)
@@ -930,7 +996,8 @@ class AdaptiveDraftLength:
                     self._futile = self._futile + 1 if choice == self._probe_choice else 0
                 self._probe_choice = choice
                 self._since_probe = 0
-                self._interval = self.probe_every if best > 0 else min(2 * self._interval, self.max_probe_interval)
+                doubled = min(2 * self._interval, self.max_probe_interval)
+                self._interval = self.probe_every if best > 0 or (shadow and free and choice == 0) else doubled
                 if shadow:      # charged its model price: a step's noise would swamp a drafting cost
                     self._explored += price
                     self._shadow_probe = True
@@ -1132,26 +1199,34 @@ class AdaptiveDraftLength:
     def observe(self, verified: Union[torch.Tensor, list], accepted: Union[torch.Tensor, list],
                 draft_seconds: float = 0.0, drafted: int = 0, offered: Union[torch.Tensor, list, None] = None,
                 target_seconds: float = 0.0, catch_up: bool = False, emitted: Optional[list] = None) -> None:
-        """`_observe`, timed on the steps that drafted: its own Python is part of their price
-        (`_draft_cost`)."""
+        """`_observe`, timed on the steps that drafted: the scheduler's own Python (this, and
+        `draft_cap` and the schedule, which the engine counts in `draft_seconds`) is part of their
+        price, at its median (`_observe_s`); the drafter's line (`_note_draft`) gets the rest."""
         t = self.clock()
         self._observe(verified, accepted, draft_seconds, drafted, offered, target_seconds, catch_up, emitted)
         if draft_seconds > 0 and self.learn:
             times, i = self._observe_times, self._observe_n % self.OBSERVE_TIMES
+            own = self._own + self.clock() - t
             if i < len(times):
-                times[i] = self.clock() - t
+                times[i] = own
             else:
-                times.append(self.clock() - t)
+                times.append(own)
             self._observe_n += 1
+        self._own = 0.0
 
-    OBSERVE_TIMES = 15     # `observe`'s latest drafting steps whose median `_observe_s` is
+    OBSERVE_TIMES = 15     # drafting steps whose scheduler seconds `_observe_s` takes the median of
 
     @property
     def _observe_s(self) -> float:
-        """`observe`'s own seconds on a drafting step: the median of the latest (a step that
-        first builds a batch size's curve takes milliseconds once), none until 3 are timed — the
-        median of one is that one, and a scheduler priced out of drafting by it decodes plain and
-        times no other (`test_one_slow_observe_does_not_price_drafting_out`)."""
+        """The scheduler's own seconds on a drafting step (`draft_cap`, the schedule, `observe`):
+        the median of the latest (a step that first builds a batch size's curve, or first decides
+        a draft length, takes milliseconds once), none until 3 are timed — the median of one is
+        that one, and a scheduler priced out of drafting by it decodes plain and times no other
+        (`test_one_slow_observe_does_not_price_drafting_out`). Left in the drafter's time, such
+        one-off steps came where a draft length was first tried: the first step of 8 drafts at 3
+        times the others made the line's drafts cost 0.05–0.07 ms each, 5 times their price;
+        drafting 8 no longer counted as free, and about 1 replay in 20 of prompt lookup at batch 1,
+        256 tokens, decoded plain from the first request on (0.82 of D = 2, session 27)."""
         times = self._observe_times
         return sorted(times)[len(times) // 2] if len(times) >= 3 else 0.0
 
@@ -1213,12 +1288,8 @@ class AdaptiveDraftLength:
             # Price it on the next step instead. Once priced, such steps count as they are: a
             # probe in a new batch does pay the catch-up.
             draft_seconds, drafted = 0.0, 0
-        self._priced = self._priced or drafted > 0 or draft_seconds > 0
-        if draft_seconds > 0:
-            D = float(drafted)
-            c = self._cost
-            self._cost = [0.98 * c[0] + 1.0, 0.98 * c[1] + D, 0.98 * c[2] + draft_seconds,
-                          0.98 * c[3] + D * D, 0.98 * c[4] + D * draft_seconds]
+        if draft_seconds > 0 or drafted > 0:     # the drafter's own seconds: the scheduler's are apart
+            self._note_draft(float(drafted), max(draft_seconds - self._own, 0.0), target_seconds)
         raw, self._raw = self._raw, None
         made, self._proposed = self._proposed, None
         cal, self._cal = self._cal, None
@@ -1526,6 +1597,12 @@ class AdaptiveDraftLength:
         self._shape_count += 1.0
 
     def __call__(self, proposal) -> torch.LongTensor:
+        t = self.clock()
+        out = self._call(proposal)
+        self._own += self.clock() - t
+        return out
+
+    def _call(self, proposal) -> torch.LongTensor:
         out = self._schedule(proposal)
         self._one_hot = getattr(proposal, "probs", None) is None
         self._made_now = {}
