@@ -13,7 +13,9 @@ medians a real run of the cell measured (`adaptive_ab.py` writes them), which is
 the scheduler then has to learn prices its prior got wrong (`--write-times` keeps that table as
 JSON, which `--times` also reads: benchmarks/results/replay_prices_s15/). `--jitter` multiplies
 each step's time by noise (log-normal, seeded), as a shared machine does; `--seeds N` replays
-under N such noise streams and prints min and median over them. As the engine does, the
+under N such noise streams and prints min and median over them (`--rotate`: each stream also
+starts at another request, since what a fresh scheduler meets first decides much of what it
+learns). As the engine does, the
 scheduler is shown each row's emitted tokens (`sees_emitted`). `--explain` prints what
 each scheduler learned (acceptance per position, of the rows furthest behind) and the rate its
 `draft_cap` model gives each D, also for a scheduler that verifies every proposal at the best
@@ -311,6 +313,9 @@ def main() -> None:
     ap.add_argument("--carry", action="store_true",
                     help="one scheduler per scheduler version through every --batch-size in turn, as a "
                          "validation's sweep keeps it (its adaptive drafter runs batch 1, 2, 4, … in order)")
+    ap.add_argument("--rotate", action="store_true",
+                    help="with --seeds: seed s starts at request s (mod --requests) and goes round in order, so "
+                         "a fresh scheduler meets the requests first in as many orders as there are requests")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     if args.draft_seconds:
@@ -344,6 +349,8 @@ def main() -> None:
     for seed, B in itertools.product(seeds, args.batch_size):
         prompts, table, measured = by_batch[B]
         requests = min(args.requests, len(prompts))
+        shift = seed % requests if args.rotate else 0
+        order = [(i + shift) % requests for i in range(requests)]
 
         def run(D, cls=None):
             sched = None
@@ -355,7 +362,7 @@ def main() -> None:
             tok = sec = st = ver = 0
             for r in range(args.rounds):
                 for i in range(0, requests, B):
-                    t, s, n, v = decode(table, list(range(i, min(i + B, requests))), args.max_new_tokens, D,
+                    t, s, n, v = decode(table, order[i:i + B], args.max_new_tokens, D,
                                         prices, sched)
                     if r >= args.warm_rounds:
                         tok, sec, st, ver = tok + t, sec + s, st + n, ver + v

@@ -982,8 +982,9 @@ class AdaptiveDraftLength:
             # per cent of a step, so the whole budget still holds one in every ~10 steps, and their
             # period stays `probe_every`. Shrunk and doubled, they came once every ~200 steps, a
             # request that repeated itself went unseen, and prompt lookup at batch 1, 1k tokens,
-            # stayed plain: below 0.95 of the best fixed D in 21 replays of 60 in round 1 and 6 of
-            # 30 in round 3 (2 and 0 with the whole budget; session 27)
+            # stayed plain more often (this with session 27's pricing, against session 26's
+            # scheduler: +0.9 % ± 0.35 in round 1 over 60 replays in rotated order, the worst 0.90
+            # of the best fixed D against 0.85; BENCHMARKS, sessions 27–28)
             share = self.explore if shadow and free and choice == 0 else self.explore / (1 + self._futile)
             if self._explored + price > share * self._elapsed:
                 # over the exploration budget: wait until it covers this probe (pricing it every
