@@ -116,13 +116,15 @@ def dist_info() -> tuple[int, int]:
     return rank, world
 
 
-def _init_dist(device: torch.device) -> tuple[int, int]:
+def _init_dist(device: torch.device) -> tuple[int, int, bool]:
+    """(rank, world size, whether this call created the process group: then `train` destroys it)."""
     rank, world = dist_info()
     if world > 1:
         import torch.distributed as dist
         if not dist.is_initialized():
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return rank, world
+            return rank, world, True
+    return rank, world, False
 
 
 def _slice_batch(batch, rank: int, world: int):
@@ -292,7 +294,7 @@ def train(model: nn.Module, loss_fn: Callable[[nn.Module, dict], tuple[torch.Ten
     out = Path(out_dir)
     device = torch.device(cfg.device) if cfg.device else next(model.parameters()).device
     model.to(device)
-    rank, world = _init_dist(device)
+    rank, world, owned = _init_dist(device)
     main = rank == 0
     if main:
         out.mkdir(parents=True, exist_ok=True)
@@ -378,6 +380,11 @@ def train(model: nn.Module, loss_fn: Callable[[nn.Module, dict], tuple[torch.Ten
     checkpoint(final=True)
     if bar is not None:
         bar.close()
+    if owned:
+        # left alive, gloo's threads met the interpreter's exit: one rank in a few runs aborted
+        # ("terminate called without an active exception") after training had finished
+        import torch.distributed as dist
+        dist.destroy_process_group()
     return _jsonable(log)
 
 
