@@ -106,7 +106,7 @@ def test_ddp_two_processes_match_one(tgt, tmp_path):
     script = tmp_path / "ddp.py"
     script.write_text(DDP_SCRIPT.format(tests=str(Path(__file__).parent), batches=str(tmp_path / "batches.pt")))
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]   # a free port
     r = subprocess.run(torchrun + [str(script), str(tmp_path / "two")], env=env, capture_output=True, text=True,
                        timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
