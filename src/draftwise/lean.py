@@ -61,9 +61,13 @@ class LeanForward:
             o = F.scaled_dot_product_attention(q.reshape(B, H // groups, groups, hd), k, v, attn_mask=mask,
                                                scale=self.scaling)
             return o.reshape(B, H, 1, hd)
-        k = k[:, :, None].expand(-1, -1, groups, -1, -1).reshape(B, H, -1, hd)
-        v = v[:, :, None].expand(-1, -1, groups, -1, -1).reshape(B, H, -1, hd)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)
+        # one call per head of each group, where Hugging Face copies each KV head once per query
+        # head (`repeat_kv`): each query meets the same keys in a call of the same shape, so the
+        # rounding is the same (the load probe checks it), and the cache is never copied — at 1k
+        # tokens that copy was 0.7 ms of a 5.6 ms two-token step here
+        o = torch.stack([F.scaled_dot_product_attention(q[:, i::groups], k, v, attn_mask=mask, scale=self.scaling)
+                         for i in range(groups)], 2)
+        return o.reshape(B, H, W, hd)
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, cache,
                  last_only: bool = False, hidden_layers: tuple[int, ...] = ()):

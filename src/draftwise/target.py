@@ -105,7 +105,7 @@ class ModelRunner:
 
     # --- state -----------------------------------------------------------------------------
     def reset(self, batch_size: int) -> None:
-        self.cache = DynamicCache(config=self.config)
+        self.cache = kv.new_cache(self.config)
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)
         self.seq_lens = torch.zeros(batch_size, dtype=torch.long, device=self.device)
         self._mark = None      # (recurrent snapshot, cache length, seq_lens) where rollback counts from
