@@ -577,6 +577,24 @@ def test_a_probe_waits_for_the_prompts_a_drafter_must_first_absorb():
     assert sched._catch_up_price(1) == pytest.approx(0.1, rel=0.25)
 
 
+def test_a_drafter_starts_in_a_batch_only_where_the_rest_of_it_repays_the_catch_up():
+    """A draft model that has not yet seen this batch's prompts must feed them before its first
+    proposal. The average's best D prices a step of a drafter already caught up, so it alone
+    would draft at the first step of every batch (at 1k tokens, batch 4, that cost a cell 9 %).
+    Drafting starts only where what it saves over the rest of the batch covers the catch-up."""
+    def first_cap(pending: float, left: int) -> int:
+        # a plain step 10 ms whatever its width, a drafted token 2 ms, α = 0.9: drafting 4 tokens
+        # saves ~5.6 ms per token of the batch; a catch-up is priced at 0.2 of the pending prefill
+        sched = AdaptiveDraftLength(lambda N: 100.0, alpha=0.9, draft_token_seconds=lambda b: 0.002)
+        return sched.draft_cap(1, 4, remaining=[left - 1], catch_up=pending)
+    assert first_cap(0.0, 48) == 4
+    assert first_cap(1.0, 48) == 4     # 0.2 s of catch-up against ~0.27 s saved
+    assert first_cap(2.0, 48) == 0     # 0.4 s against ~0.27 s
+    assert first_cap(1.0, 5) == 0      # five tokens left save ~0.03 s
+    # once caught up (nothing pending), the same batch's end drafts again
+    assert first_cap(0.0, 5) == 4
+
+
 def test_probes_are_charged_what_they_measured():
     """Probe steps whose width really costs three times what the model prices it (a slow wide
     step) are charged the measured step's share beyond the choice: the first at the prior's price

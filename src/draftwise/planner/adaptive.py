@@ -1008,7 +1008,21 @@ class AdaptiveDraftLength:
                 return D
             else:
                 self._since_probe = 0
+        if choice and not free and self._pending > 0.0 and self._remaining:
+            choice = self._worth_catching_up(batch_size, choice)
         return choice
+
+    def _worth_catching_up(self, batch_size: int, choice: int) -> int:
+        """`choice`, or 0 where what it saves over the rest of the batch does not cover the
+        drafter's catch-up on the prompts it has yet to see. A draft model pays that once per
+        batch before its first proposal; the average's best D does not see it, since it prices
+        a step of a drafter already caught up. At 1k tokens, batch 4, the first step of each
+        batch chose D = 1 and fed the draft model 4 × 1k tokens (0.11–0.13 s) where 48 plain
+        steps take 0.25 s: one such step cost that cell 9 % (BENCHMARKS, session 31)."""
+        values = self.draft_values(batch_size, choice)
+        left = max(self._remaining) + 1       # steps the batch's end is from done, decoded plainly
+        saved = left * (1.0 / values[0] - 1.0 / values[choice])
+        return choice if saved > self._catch_up_price(batch_size) else 0
 
     # Batch sizes up to which drafting that costs next to nothing drafts the most whatever the
     # average's best D (`_decide_cap`). At batch 2 the average is learned mostly from the first
