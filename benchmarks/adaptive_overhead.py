@@ -49,7 +49,9 @@ def in_engine(profile: str, batch_size: int, dataset: str) -> None:
     from draftwise.bench.datasets import load_dataset
 
     spent, calls = defaultdict(float), defaultdict(int)
-    for name in ("draft_cap", "__call__", "observe"):
+    # the engine asks for the per-step schedule through `counts` where the scheduler has it
+    schedule = "counts" if hasattr(AdaptiveDraftLength, "counts") else "__call__"
+    for name in ("draft_cap", schedule, "observe"):
         orig = getattr(AdaptiveDraftLength, name)
 
         def timed(*a, _orig=orig, _name=name, **k):
@@ -71,7 +73,7 @@ def in_engine(profile: str, batch_size: int, dataset: str) -> None:
                               max_new_tokens=48, ignore_eos=True, adaptive=profile)
             steps += len(out.stats.steps)
     print(f"inside decoding ({dataset}, batch {batch_size}, {steps} steps): "
-          + ", ".join(f"{n} {spent[n] / steps * 1e6:.0f} µs" for n in ("draft_cap", "__call__", "observe"))
+          + ", ".join(f"{n} {spent[n] / steps * 1e6:.0f} µs" for n in ("draft_cap", schedule, "observe"))
           + f" per step; {sum(spent.values()) / steps * 1e6:.0f} µs in all")
 
 

@@ -87,7 +87,12 @@ def attention_layers(cache: Cache) -> list:
     """Layers holding per-token keys/values ([B, H, T, d])."""
     out = []
     for layer in cache.layers:
-        if getattr(layer, "keys", None) is not None and getattr(layer, "is_initialized", True) \
+        if type(layer) is GrowingLayer:
+            # its buffer, not `keys`: each read of that property is a slice, a torch op (~5 µs on
+            # caches the forward left cold), and this runs several times a step
+            if layer._k is not None and layer.is_initialized and layer._k.dim() == 4:
+                out.append(layer)
+        elif getattr(layer, "keys", None) is not None and getattr(layer, "is_initialized", True) \
                 and isinstance(layer.keys, torch.Tensor) and layer.keys.dim() == 4:
             out.append(layer)
     return out
@@ -135,19 +140,26 @@ def sliding_window(cache: Cache) -> int | None:
 
 def _sync_lengths(layer) -> None:
     if hasattr(layer, "cumulative_length"):  # sliding layers derive mask offsets from it
-        layer.cumulative_length = layer.keys.shape[-2]
+        layer.cumulative_length = layer._nk if type(layer) is GrowingLayer else layer.keys.shape[-2]
 
 
 def cache_length(cache: Cache) -> int:
     layers = attention_layers(cache)
-    return layers[0].keys.shape[-2] if layers else 0
+    if not layers:
+        return 0
+    return layers[0]._nk if type(layers[0]) is GrowingLayer else layers[0].keys.shape[-2]
 
 
 def truncate(cache: Cache, length: int) -> None:
     """Drop attention entries at index ≥ length (for every row)."""
     for layer in attention_layers(cache):
-        layer.keys = layer.keys[..., :length, :]
-        layer.values = layer.values[..., :length, :]
+        if type(layer) is GrowingLayer:
+            # the entries stay in the buffer past the length, which the next step overwrites:
+            # what `keys = keys[..., :length, :]` does, without two torch ops per layer
+            layer._nk, layer._nv = min(layer._nk, length), min(layer._nv, length)
+        else:
+            layer.keys = layer.keys[..., :length, :]
+            layer.values = layer.values[..., :length, :]
         _sync_lengths(layer)
 
 

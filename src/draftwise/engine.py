@@ -18,7 +18,7 @@ from .types import GenerationOutput, GenerationResult, GenerationStats, Proposal
 from .verify import verify
 
 StreamCallback = Callable[[int, list[int]], None]
-DraftScheduler = Callable[[Proposal], torch.Tensor]  # → how many drafts each row gets verified
+DraftScheduler = Callable[[Proposal], torch.Tensor]  # → how many drafts each row gets verified (or `.counts`: a list)
 
 
 @dataclass
@@ -64,6 +64,7 @@ class StopChecker:
 _ROW_IDS = itertools.count()
 
 
+@torch.inference_mode()   # the whole loop: each small op then skips autograd's dispatch
 def decode(
     target: ModelRunner,
     drafter: Drafter | None,
@@ -85,6 +86,7 @@ def decode(
     hidden_layers = drafter.hidden_layers if drafter is not None else ()
     # a scheduler that learns from verified steps (AdaptiveDraftLength) also sets the draft length
     learner = scheduler if hasattr(scheduler, "draft_cap") and hasattr(scheduler, "observe") else None
+    counts = getattr(scheduler, "counts", None)
     skippable = drafter is not None and drafter.catches_up
     fresh = skippable     # its first proposal also feeds it the prompts: a one-off, not a price
     if learner is not None:
@@ -124,33 +126,39 @@ def decode(
             drafting = False                   # nothing to draft: leave the drafter to catch up later
         if drafting:
             caps_l = [min(max(r, 0), cap) for r in remaining]
-            caps = torch.tensor(caps_l, device=dev)
-            prop = drafter.propose(ctx, caps)
+            prop = drafter.propose(ctx, torch.tensor(caps_l, device=dev))
+            # the counts to verify on lists, one tensor built (a scheduler with `counts` gives a list)
+            k_l = [min(a, c) for a, c in zip(prop.num_tokens.tolist(), caps_l)]
             if scheduler is not None:
-                prop.num_tokens = torch.minimum(prop.num_tokens, scheduler(prop))
-            prop.num_tokens = torch.minimum(prop.num_tokens, caps)
+                picked = counts(prop) if counts is not None else scheduler(prop).tolist()
+                k_l = [min(a, b) for a, b in zip(k_l, picked)]
+            prop.num_tokens = torch.tensor(k_l, dtype=torch.long, device=dev)
         else:
             prop = Proposal.empty(n, dev)
+            k_l = [0] * n
         t1 = time.perf_counter()
 
         k = prop.num_tokens
-        width = int(k.max()) if n else 0
+        width = max(k_l, default=0)
         drafts = prop.tokens[:, :width]
-        pending = torch.tensor([ctx.sequences[j][-1] for j in range(n)], device=dev)
+        drafts_l = drafts.tolist()
+        # the block to verify, each row's pending token then its drafts, built from lists in one
+        # tensor op (on caches the last forward left cold each small op costs ~5–10 µs)
+        block = torch.tensor([[seq[-1]] + d for seq, d in zip(ctx.sequences, drafts_l)], dtype=torch.long, device=dev)
         target.mark()
-        logits, hidden = target.forward(torch.cat([pending[:, None], drafts], 1), k + 1, hidden_layers)
+        logits, hidden = target.forward(block, [x + 1 for x in k_l], hidden_layers)
         t2 = time.perf_counter()
         probs = prop.probs[:, :width] if prop.probs is not None else None
         num_acc, nxt = verify(logits, drafts, k, probs, params, generator)
         t3 = time.perf_counter()
-        target.rollback(num_acc + 1)
+        acc_l, nxt_l = num_acc.tolist(), nxt.tolist()
+        target.rollback([a + 1 for a in acc_l])
         t4 = time.perf_counter()
         if drafting:
             drafter.accepted(num_acc)
         t5 = time.perf_counter()
 
         stamp = now()
-        acc_l, nxt_l, drafts_l, k_l = num_acc.tolist(), nxt.tolist(), drafts.tolist(), k.tolist()
         emitted, news = [], []
         for j, i in enumerate(active):
             new = drafts_l[j][: acc_l[j]] + [nxt_l[j]]
@@ -163,7 +171,7 @@ def decode(
             emitted.append(acc_l[j] + 1)
             if stream:
                 stream(i, taken)
-        ctx.hidden, ctx.num_hidden = hidden, num_acc + 1
+        ctx.hidden, ctx.num_hidden = hidden, (num_acc + 1 if hidden else None)   # (features kept per row)
         t_drafter = (t1 - t0) + (t5 - t4)
         stats.steps.append(StepRecord(
             emitted=emitted, drafted=k_l, rows=list(active),

@@ -70,24 +70,25 @@ class LeanForward:
         return o.reshape(B, H, W, hd)
 
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, cache,
-                 last_only: bool = False, hidden_layers: tuple[int, ...] = ()):
+                 last_only: bool = False, hidden_layers: tuple[int, ...] = (), dense: bool | None = None):
         """tokens/positions [B, W]; valid [B, S] the cache columns after appending these W (True =
         a real entry); returns logits [B, W, V] (or [B, 1, V] with last_only) and the hidden states
         {layer: [B, W, d]} asked for, numbered as Hugging Face's `output_hidden_states` (0 =
-        embeddings, i = after decoder layer i, the last one after the final norm)."""
+        embeddings, i = after decoder layer i, the last one after the final norm). `dense`: whether
+        `valid` is known to have no hole (None: look)."""
         B, W = tokens.shape
         S = valid.shape[1]
-        idx = torch.arange(S, device=tokens.device)
-        q_idx = idx[S - W:, None]
         # a query sees the real entries up to its own column, and always itself (a padding query
         # attending to nothing would produce NaN, which would then sit in a hole of the cache)
         # No mask where Hugging Face builds none either (no holes, and one query or a fresh cache):
         # the same SDPA call then takes the same kernel and rounds the same way.
         causal = W > 1 and S == W
-        if (W == 1 or causal) and bool(valid.all()):
+        if (W == 1 or causal) and (dense if dense is not None else bool(valid.all())):
             mask = None
         else:
             causal = False
+            idx = torch.arange(S, device=tokens.device)
+            q_idx = idx[S - W:, None]
             mask = (valid[:, None, :] & (idx[None, :] <= q_idx)[None]) | (idx[None, :] == q_idx)[None]
             mask = mask[:, None]
         h = self.embed(tokens)

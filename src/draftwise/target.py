@@ -6,6 +6,7 @@ padded block is ignored), and `rollback(keep)` keeps only the first `keep[r]` of
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from pathlib import Path
@@ -58,12 +59,27 @@ def load_tokenizer(path: str | os.PathLike):
         raise ValueError(f"no tokenizer found in {str(path)!r} ({exc}); pass tokenizer=…") from exc
 
 
+def inference(fn):
+    """`torch.inference_mode()` as a decorator that costs nothing where it is already on (the
+    engine's loop): the stock one builds and enters a context each call, a few µs each of the
+    several calls a step makes."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        if torch.is_inference_mode_enabled():
+            return fn(*args, **kwargs)
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+    return run
+
+
 def pad_rows(rows: list[list[int]], device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded [B, W] tensor and lengths [B] from ragged token lists (one tensor build)."""
     lengths = [len(r) for r in rows]
     width = max(lengths, default=0)
     padded = [r + [0] * (width - n) for r, n in zip(rows, lengths)]
-    tokens = torch.tensor(padded, dtype=torch.long, device=device).reshape(len(rows), width)
+    tokens = torch.tensor(padded, dtype=torch.long, device=device)
+    if not (rows and width):    # ([] or [[]] has no shape to infer)
+        tokens = tokens.reshape(len(rows), width)
     return tokens, torch.tensor(lengths, dtype=torch.long, device=device)
 
 
@@ -107,36 +123,51 @@ class ModelRunner:
     def reset(self, batch_size: int) -> None:
         self.cache = kv.new_cache(self.config)
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)
-        self.seq_lens = torch.zeros(batch_size, dtype=torch.long, device=self.device)
-        self._mark = None      # (recurrent snapshot, cache length, seq_lens) where rollback counts from
+        # The bookkeeping a step asks about lives in Python, so that asking costs no torch op
+        # (each ~5–10 µs on caches the forward left cold; a dozen of them per step were ~8 % of a
+        # batch-1 step on this project's CPU)
+        self.lengths = [0] * batch_size   # tokens each row holds (`seq_lens` as a tensor)
+        self._dense = True              # `valid` has no hole (None: not known, ask the tensor)
+        self._whole = True              # every column appended since the mark is a real entry in every row
+        self._mark = None      # (recurrent snapshot, cache length, lengths, _dense) where rollback counts from
         self._appended = []    # (tokens, lengths) fed since the mark, replayed by stateful rollback
+        self._trues = {}       # (rows, columns) → all True, the `valid` of a block without padding
+
+    @property
+    def seq_lens(self) -> torch.Tensor:
+        """[B] tokens each row holds."""
+        return torch.tensor(self.lengths, dtype=torch.long, device=self.device)
 
     @property
     def batch_size(self) -> int:
-        return self.seq_lens.shape[0]
+        return len(self.lengths)
 
     def select_rows(self, rows: torch.Tensor) -> None:
         kv.select_rows(self.cache, rows)
         self.valid = self.valid.index_select(0, rows)
-        self.seq_lens = self.seq_lens.index_select(0, rows)
+        self.lengths = [self.lengths[r] for r in rows.tolist()]
+        self._dense = True if self._dense else None     # some of the rows left may have no hole
         self._mark, self._appended = None, []
 
     def mark(self) -> None:
         """Remember the current state; `rollback(keep)` then counts tokens from here."""
         snap = kv.snapshot_recurrent(self.cache) if self.stateful else None
-        self._mark = (snap, kv.cache_length(self.cache), self.seq_lens.clone())
+        self._mark = (snap, kv.cache_length(self.cache), list(self.lengths), self._dense)
         self._appended = []
+        self._whole = True
 
     # --- forward -----------------------------------------------------------------------------
-    @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor, hidden_layers: tuple[int, ...] = (),
+    @inference
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor | list[int], hidden_layers: tuple[int, ...] = (),
                 need_logits: bool = True) -> tuple[torch.Tensor | None, dict[int, torch.Tensor]]:
-        """Append lengths[r] ≤ W tokens to each row; return logits [B, W, V] (float32) and the
-        requested hidden states {layer: [B, W, d]} (layer 0 = embeddings, i = after decoder layer i).
-        Entries at j ≥ lengths[r] are padding: their outputs are meaningless. need_logits=False
-        (a prefill that only fills the cache) skips most of the LM head and returns None."""
+        """Append lengths[r] ≤ W tokens to each row (a tensor or a list); return logits [B, W, V]
+        (float32) and the requested hidden states {layer: [B, W, d]} (layer 0 = embeddings, i =
+        after decoder layer i). Entries at j ≥ lengths[r] are padding: their outputs are
+        meaningless. need_logits=False (a prefill that only fills the cache) skips most of the LM
+        head and returns None."""
         W = tokens.shape[1]
-        reach = int((self.seq_lens + lengths).max())
+        lens = lengths if isinstance(lengths, list) else lengths.tolist()
+        reach = max((a + n for a, n in zip(self.lengths, lens)), default=0)
         if self.max_positions is not None and reach > self.max_positions:
             raise ValueError(f"sequence would reach {reach} positions, beyond the model's {self.max_positions}; "
                              "shorten the prompt or lower max_new_tokens")
@@ -146,27 +177,59 @@ class ModelRunner:
                 f"{kv.cache_length(self.cache) + W} entries; draftwise's ragged rollback needs the cache to stay "
                 "inside the window — shorten prompt + max_new_tokens or load the model with the window disabled")
         if self.stateful and self._mark is not None:
-            self._appended.append((tokens, lengths))
-        if self.stateful and bool((lengths < W).any()):
-            logits, hidden = self._forward_levels(tokens, lengths, hidden_layers, need_logits)
+            self._appended.append((tokens, lens))
+        if self.stateful and any(n < W for n in lens):
+            logits, hidden = self._forward_levels(tokens, lens, hidden_layers, need_logits)
         else:
-            logits, hidden = self._forward_once(tokens, lengths, hidden_layers, need_logits)
+            logits, hidden = self._forward_once(tokens, lens, hidden_layers, need_logits)
         return (logits if need_logits else None), hidden
 
-    def _forward_once(self, tokens, lengths, hidden_layers, need_logits=True):
-        W = tokens.shape[1]
-        steps = torch.arange(W, device=self.device)[None, :]
+    SMALL_BLOCK = 4096    # (rows × columns) up to which positions and padding are built from lists
+
+    def _block(self, W: int, lens: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Positions [B, W] of a block appended after each row's tokens (clamped to the model's
+        last position: padding past it is never attended), and its columns' `valid` [B, W] — None
+        where every row fills the block."""
+        B, dev = len(lens), self.device
+        top = self.max_positions - 1 if self.max_positions is not None else None
+        whole = all(n == W for n in lens)
+        if B * W <= self.SMALL_BLOCK:   # one tensor op each, where arange/add/clamp/compare took four
+            pos = [[a + j for j in range(W)] for a in self.lengths]
+            if top is not None and max(self.lengths, default=0) + W > top + 1:
+                pos = [[min(p, top) for p in row] for row in pos]
+            positions = torch.tensor(pos, dtype=torch.long, device=dev)
+            fill = None if whole else torch.tensor([[j < n for j in range(W)] for n in lens], dtype=torch.bool, device=dev)
+            if not (B and W):    # ([] or [[]] has no shape to infer)
+                positions = positions.reshape(B, W)
+                fill = None if fill is None else fill.reshape(B, W)
+            return positions, fill
+        steps = torch.arange(W, device=dev)[None, :]
         positions = self.seq_lens[:, None] + steps
-        if self.max_positions is not None:
-            positions = positions.clamp(max=self.max_positions - 1)
-        self.valid = torch.cat([self.valid, steps < lengths[:, None]], dim=1)
+        if top is not None:
+            positions = positions.clamp(max=top)
+        return positions, None if whole else steps < torch.tensor(lens, device=dev)[:, None]
+
+    def _forward_once(self, tokens, lens, hidden_layers, need_logits=True):
+        W = tokens.shape[1]
+        positions, fill = self._block(W, lens)
+        whole = fill is None
+        if whole:    # no padding in the block: W more real columns (kept: one op a step, not two)
+            fill = self._trues.get((len(lens), W))
+            if fill is None:
+                fill = self._trues[(len(lens), W)] = torch.ones(len(lens), W, dtype=torch.bool, device=self.device)
+        self.valid = torch.cat([self.valid, fill], dim=1)
+        self._whole = self._whole and whole
+        if self._dense is not None:
+            self._dense = self._dense and whole
+        self.lengths = [a + n for a, n in zip(self.lengths, lens)]
         if self._lean is not None:
             logits, hidden = self._lean(tokens, positions, self.valid, self.cache, last_only=not need_logits,
-                                        hidden_layers=hidden_layers)
-            self.seq_lens = self.seq_lens + lengths
-            return logits.float(), hidden
+                                        hidden_layers=hidden_layers, dense=self._dense)
+            return (logits if logits.dtype == torch.float32 else logits.float()), hidden
+        if self._dense is None:
+            self._dense = bool(self.valid.all())
         kwargs = {self._cache_arg: self.cache, "use_cache": True}
-        if self._takes_mask and not bool(self.valid.all()):
+        if self._takes_mask and not self._dense:
             # holes (padding, rolled-back entries) need the mask; without any, the model builds its
             # own causal mask, the path its plain generate() takes too
             kwargs["attention_mask"] = self.valid.long()
@@ -177,22 +240,21 @@ class ModelRunner:
         if not need_logits and self._takes_keep:
             kwargs["logits_to_keep"] = 1
         out = self.model(input_ids=tokens, **kwargs)
-        self.seq_lens = self.seq_lens + lengths
         hidden = {i: out.hidden_states[i] for i in hidden_layers} if hidden_layers else {}
         return out.logits.float(), hidden
 
-    def _forward_levels(self, tokens, lengths, hidden_layers, need_logits=True):
+    def _forward_levels(self, tokens, lens, hidden_layers, need_logits=True):
         """Recurrent state cannot skip padding, so feed the block in chunks that end at each
         distinct row length, restoring the recurrent state of rows that already ended."""
         B, W = tokens.shape
         logits = hidden = None
         s = 0
-        for e in sorted({int(x) for x in lengths.tolist() if x > 0}):
-            done = lengths <= s
-            snap = kv.snapshot_recurrent(self.cache) if bool(done.any()) else None
-            lg, hd = self._forward_once(tokens[:, s:e], torch.where(done, 0, e - s), hidden_layers, need_logits)
+        for e in sorted({x for x in lens if x > 0}):
+            done = [n <= s for n in lens]
+            snap = kv.snapshot_recurrent(self.cache) if any(done) else None
+            lg, hd = self._forward_once(tokens[:, s:e], [0 if d else e - s for d in done], hidden_layers, need_logits)
             if snap is not None:
-                kv.restore_recurrent(self.cache, snap, done)
+                kv.restore_recurrent(self.cache, snap, torch.tensor(done, device=self.device))
             if hidden is None:
                 logits = lg.new_zeros(B, W, lg.shape[-1]) if need_logits else None
                 hidden = {i: h.new_zeros(B, W, h.shape[-1]) for i, h in hd.items()}
@@ -204,32 +266,47 @@ class ModelRunner:
         return logits, hidden
 
     # --- rollback ----------------------------------------------------------------------------
-    @torch.inference_mode()
-    def rollback(self, keep: torch.Tensor) -> None:
-        """Of the tokens appended since `mark()`, keep the first keep[r] in row r."""
+    @inference
+    def rollback(self, keep: torch.Tensor | list[int]) -> None:
+        """Of the tokens appended since `mark()`, keep the first keep[r] in row r (a tensor or a list)."""
         if self._mark is None:
             raise RuntimeError("rollback() without mark()")
-        snap, start, lens0 = self._mark
+        snap, start, lens0, dense0 = self._mark
         appended, self._appended, self._mark = self._appended, [], None
-        if bool((lens0 + keep == self.seq_lens).all()):
+        whole, self._whole = self._whole, True
+        keep_l = keep if isinstance(keep, list) else keep.tolist()
+        if all(a + k == n for a, k, n in zip(lens0, keep_l, self.lengths)):
             return
         if self.stateful:
             # Recurrent state has absorbed every token: restore the mark and replay the kept ones.
             tokens = torch.cat([t for t, _ in appended], dim=1)
-            fed = torch.cat([torch.arange(t.shape[1], device=self.device)[None, :] < n[:, None]
-                             for t, n in appended], dim=1)
+            width = sum(t.shape[1] for t, _ in appended)
+            fed = torch.tensor([[j < ns[r] for t, ns in appended for j in range(t.shape[1])] for r in range(len(lens0))],
+                               dtype=torch.bool, device=self.device).reshape(len(lens0), width)
             order = torch.sort((~fed).to(torch.int8), dim=1, stable=True).indices
-            tokens = tokens.gather(1, order)[:, : int(keep.max())]
+            tokens = tokens.gather(1, order)[:, : max(keep_l, default=0)]
             kv.restore_recurrent(self.cache, snap)
             kv.truncate(self.cache, start)
             self.valid = self.valid[:, :start]
-            self.seq_lens = lens0.clone()
+            self.lengths, self._dense = list(lens0), dense0
             if tokens.shape[1] > 0:
-                self.forward(tokens, keep, need_logits=False)
+                self.forward(tokens, keep_l, need_logits=False)
+            return
+        self.lengths = [a + k for a, k in zip(lens0, keep_l)]
+        if whole and keep_l and min(keep_l) == max(keep_l) and (keep_l[0] >= 1 or dense0):
+            # every row appended the same full block and keeps the same prefix of it (batch 1
+            # always): the columns after it are holes in every row, which is a truncation — the
+            # general path's result (which would also drop holes before the mark where a row
+            # keeps none; there are none where the cache had no hole), for no mask arithmetic
+            end = start + keep_l[0]
+            kv.truncate(self.cache, end)
+            self.valid = self.valid[:, :end]
+            self._dense = dense0
+            self._compact_if_holey()
             return
         cols = self.valid[:, start:]
-        self.valid[:, start:] = cols & (cols.long().cumsum(1) <= keep[:, None])
-        self.seq_lens = lens0 + keep
+        self.valid[:, start:] = cols & (cols.long().cumsum(1) <= torch.tensor(keep_l, device=self.device)[:, None])
+        self._dense = None
         self._squeeze()
 
     def _squeeze(self) -> None:
@@ -242,13 +319,17 @@ class ModelRunner:
         if last < T:
             kv.truncate(self.cache, last)
             self.valid = self.valid[:, :last]
-            T = last
-        longest = int(self.seq_lens.max())
+        self._compact_if_holey()
+
+    def _compact_if_holey(self) -> None:
+        """Compact when holes exceed a quarter of the cache."""
+        T, longest = self.valid.shape[1], max(self.lengths, default=0)
         if T - longest > max(16, T // 4):
             # Stable sort puts each row's valid entries first, in order.
             order = torch.sort((~self.valid).to(torch.int8), dim=1, stable=True).indices[:, :longest]
             kv.gather_positions(self.cache, order)
             self.valid = torch.arange(longest, device=self.device)[None, :] < self.seq_lens[:, None]
+            self._dense = min(self.lengths, default=0) == longest
 
 
 def _lean_reproduces_hf(model: PreTrainedModel) -> bool:

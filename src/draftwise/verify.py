@@ -27,6 +27,27 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 1e-12, r / mass.clamp_min(1e-30), p)
 
 
+# Greedy verification of up to this many (row, position) pairs compares in Python: one argmax
+# and a few list conversions instead of a dozen small tensor ops, each ~5–10 µs on caches the
+# target's forward left cold (~0.1 ms of a 4 ms step at batch 1)
+GREEDY_LISTS = 256
+
+
+def _greedy_small(target_logits, draft_tokens, num_drafts):
+    """The greedy rule on lists: the longest prefix of drafts equal to the target's argmax."""
+    best = target_logits.argmax(-1).tolist()
+    drafts, counts = draft_tokens.tolist(), num_drafts.tolist()
+    num_acc, nxt = [], []
+    for b, d, n in zip(best, drafts, counts):
+        a, n = 0, min(n, len(d))
+        while a < n and d[a] == b[a]:
+            a += 1
+        num_acc.append(a)
+        nxt.append(b[a])
+    dev = target_logits.device
+    return torch.tensor(num_acc, dtype=torch.long, device=dev), torch.tensor(nxt, dtype=torch.long, device=dev)
+
+
 def verify(
     target_logits: torch.Tensor,
     draft_tokens: torch.Tensor,
@@ -42,6 +63,8 @@ def verify(
     """
     B, W, V = target_logits.shape
     D = draft_tokens.shape[1]
+    if params.greedy and B * W <= GREEDY_LISTS:
+        return _greedy_small(target_logits, draft_tokens, num_drafts)
     pos = torch.arange(D, device=target_logits.device)
     valid = pos[None, :] < num_drafts[:, None]
     if params.greedy:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..sampling import process_logits, sample
-from ..target import ModelRunner, load_causal_lm, load_tokenizer, pad_rows
+from ..target import ModelRunner, inference, load_causal_lm, load_tokenizer, pad_rows
 from ..types import Proposal
 from .base import DraftContext, Drafter, register
 
@@ -58,22 +58,27 @@ class DraftModelDrafter(Drafter):
 
     def _next(self, logits: torch.Tensor, ctx: DraftContext):
         if ctx.params.greedy:
-            V = min(self.target_vocab, logits.shape[-1])
-            return logits[..., :V].argmax(-1), None
+            V = self.target_vocab
+            return (logits if logits.shape[-1] <= V else logits[..., :V]).argmax(-1), None
         q = self._distribution(logits, ctx)
         return sample(q, ctx.generator), q
 
-    @torch.inference_mode()
+    @inference
     def propose(self, ctx: DraftContext, max_tokens: torch.Tensor) -> Proposal:
         r = self.runner
         dev = r.device
         B = ctx.batch_size
         # feed what the target committed since our last proposal (kept drafts are already cached)
-        toks, lengths = pad_rows([seq[n:] for seq, n in zip(ctx.sequences, r.seq_lens.tolist())], dev)
-        logits, _ = r.forward(toks, lengths)
-        last = logits[torch.arange(B, device=dev), (lengths - 1).clamp_min(0)]
-        k = int(max_tokens.max()) if B else 0
-        feeds = (max_tokens[:, None] > torch.arange(1, max(k, 1), device=dev)).long()  # rows still drafting
+        # (lengths and counts on lists: each small tensor op costs ~5–10 µs on caches a forward left cold)
+        fresh = [seq[n:] for seq, n in zip(ctx.sequences, r.lengths)]
+        toks, _ = pad_rows(fresh, dev)
+        lens = [len(f) for f in fresh]
+        logits, _ = r.forward(toks, lens)
+        W = toks.shape[1]
+        last = logits[:, -1] if all(n == W for n in lens) else \
+            logits[torch.arange(B, device=dev), torch.tensor([max(n - 1, 0) for n in lens], device=dev)]
+        caps = max_tokens.tolist()
+        k = max(caps, default=0)
         toks_j, dists = [], []   # per position: drafted token, and q (sampled) or the logits (greedy)
         r.mark()
         for j in range(k):
@@ -81,9 +86,9 @@ class DraftModelDrafter(Drafter):
             toks_j.append(tok)
             dists.append(q if q is not None else last)
             if j + 1 < k:
-                logits, _ = r.forward(tok[:, None], feeds[:, j])
+                logits, _ = r.forward(tok[:, None], [int(c > j + 1) for c in caps])   # rows still drafting
                 last = logits[:, 0]
-        self._fed = (max_tokens - 1).clamp_min(0)
+        self._fed = [max(c - 1, 0) for c in caps]
         if k == 0:
             tokens, probs, conf = torch.zeros(B, 0, dtype=torch.long, device=dev), None, torch.zeros(B, 0, device=dev)
             if not ctx.params.greedy:
@@ -96,10 +101,10 @@ class DraftModelDrafter(Drafter):
             # tokens before j only (never of the token sampled at j, which would bias sampled output
             # once the adaptive scheduler reads it); for greedy drafts it is q of the drafted token
             conf = (dist if probs is not None else dist.softmax(-1)).amax(-1)
-        return Proposal(tokens=tokens, num_tokens=max_tokens.clone(), probs=probs, confidence=conf)
+        return Proposal(tokens=tokens, num_tokens=max_tokens, probs=probs, confidence=conf)
 
     def accepted(self, num_accepted: torch.Tensor) -> None:
-        self.runner.rollback(torch.minimum(num_accepted, self._fed))
+        self.runner.rollback([min(a, f) for a, f in zip(num_accepted.tolist(), self._fed)])
 
     def select_rows(self, rows: torch.Tensor) -> None:
         self.runner.select_rows(rows)

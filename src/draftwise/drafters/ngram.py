@@ -120,9 +120,9 @@ class NgramDrafter(Drafter):
         # the confidences as lists, one tensor build: the torch ops they took (~20 µs) were a
         # percent of a plain step on a host whose step at batch 1 takes 2.5 ms (BENCHMARKS, session 25)
         W = prop.tokens.shape[1]
-        prop.confidence = torch.tensor([[prior(float(n + j)) for j in range(W)] if n > 0 else [0.0] * W
-                                        for _, n in found], dtype=torch.float32,
-                                       device=max_tokens.device).reshape(len(found), W)
+        conf = torch.tensor([[prior(float(n + j)) for j in range(W)] if n > 0 else [0.0] * W for _, n in found],
+                            dtype=torch.float32, device=max_tokens.device)
+        prop.confidence = conf if found and W else conf.reshape(len(found), W)   # ([] or [[]]: no shape to infer)
         return prop
 
 

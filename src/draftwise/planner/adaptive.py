@@ -1612,24 +1612,24 @@ class AdaptiveDraftLength:
         self._shape_count += 1.0
 
     def __call__(self, proposal) -> torch.LongTensor:
-        t = self.clock()
-        out = self._call(proposal)
-        self._own += self.clock() - t
-        return out
+        return torch.tensor(self.counts(proposal), dtype=torch.long, device=proposal.num_tokens.device)
 
-    def _call(self, proposal) -> torch.LongTensor:
+    def counts(self, proposal) -> list[int]:
+        """`__call__` as a list, which the engine takes as it is (it builds one tensor of the
+        step's counts: each small tensor op here cost ~5–10 µs on caches the forward left cold)."""
+        t = self.clock()
         out = self._schedule(proposal)
         self._one_hot = getattr(proposal, "probs", None) is None
         self._made_now = {}
-        # (the schedule returns the proposal's own counts where it verifies every draft)
-        if self.learn and self.sees_emitted and self._one_hot and self._proposed and out is not proposal.num_tokens:
+        # (the schedule returns the proposal's own counts, `_proposed`, where it verifies every draft)
+        if self.learn and self.sees_emitted and self._one_hot and self._proposed and out is not self._proposed:
             self._keep_unverified(proposal, out)
+        self._own += self.clock() - t
         return out
 
-    def _keep_unverified(self, proposal, out: torch.Tensor) -> None:
+    def _keep_unverified(self, proposal, ver: list) -> None:
         """Note the drafts proposed but left unverified this step, for `_shadow`."""
         made = self._proposed
-        ver = out.tolist()
         if all(v >= m for v, m in zip(ver, made)):
             return
         tokens, raw, behind, ids = proposal.tokens.tolist(), self._raw, self._behind(), self._row_ids
@@ -1644,11 +1644,13 @@ class AdaptiveDraftLength:
                 self._made_now[r] = [v, tokens[r][v:m], conf, behind is None or (alone and behind[r]), cal, fits[r],
                                      None if young is None else self._age_fit[young], self._age_factor(young)]
 
-    def _schedule(self, proposal) -> torch.LongTensor:
-        num = proposal.num_tokens
+    def _schedule(self, proposal) -> list[int]:
+        """Per row, how many of its drafts to verify: `_proposed` itself (the same list) where
+        every one."""
+        proposed = proposal.num_tokens.tolist()
         if self.max_tokens is not None:
-            num = num.clamp(max=self.max_tokens)
-        proposed = self._proposed = num.tolist()
+            proposed = [min(p, self.max_tokens) for p in proposed]
+        self._proposed = proposed
         B, D = proposal.tokens.shape[0], proposal.tokens.shape[-1]
         if D == 0 or max(proposed, default=0) == 0:
             self._raw = [()] * B     # nothing proposed: nothing to calibrate or decide (`_observe_unproposed`)
@@ -1656,7 +1658,7 @@ class AdaptiveDraftLength:
                 self._note_saving(B, 0.0)
             if self._full:
                 self._note_shape([])
-            return num if num.dtype == torch.long else num.long()     # all zero
+            return proposed     # all zero
         conf = self.confidence(proposal)
         small = self.padded and B * D <= self.SMALL and not (self.learn and self._probing)
         if small:
@@ -1681,22 +1683,20 @@ class AdaptiveDraftLength:
                 if self._free_step:     # what verifying could save, acceptance FREE_Z errors above
                     opt = self._calibrate_rows(raw, self.FREE_Z)
                     self._note_saving(B, _argmax_width(*_gains_rows(opt, proposed, worth, scale), times, saved=True)[1])
-            if w >= max(proposed):
-                return num if num.dtype == torch.long else num.long()
-            w = num.clamp(max=w)
-            return w if w.dtype == torch.long else w.long()
+            return proposed if w >= max(proposed) else [min(p, w) for p in proposed]
         raw = self._raw = _unit(_as_np(conf))
         if self._full:
             self._note_shape(raw[0, :proposed[0]].tolist())
         if self.learn and self._probing:    # a probe step decided by draft_cap (the engine drives it)
             # explore: verify everything drafted, or an uncalibrated pessimistic confidence would
             # never be verified and so never corrected (decided before verification: lossless)
-            return num.clone()
+            return proposed
         if not self.padded:
-            return schedule_prefix(self.calibrated(raw), num, self.learned_sps(B))
+            num = torch.tensor(proposed, dtype=torch.long)
+            return schedule_prefix(self.calibrated(raw), num, self.learned_sps(B)).tolist()
         w = _best_width(self._calibrate(raw), proposed, self._width_times(B, D), worth=self.static_worth(B),
                         scale=self._row_scale(B))
-        return num.clamp(max=w).long()
+        return [min(p, w) for p in proposed]
 
 
 def measure_sps_curve(runner, batch_size: int, context_length: int, max_tokens: int = 16,
