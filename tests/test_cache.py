@@ -63,3 +63,38 @@ def test_runner_grows_full_attention_layers_only():
             assert kv.GrowingLayer in kinds and len(kinds) > 1
         else:
             assert (kv.GrowingLayer in kinds) is growing
+
+
+steps = st.lists(st.tuples(st.integers(1, 5), st.booleans(), st.booleans(), st.integers(0, 10 ** 6)),
+                 min_size=1, max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(B=st.integers(1, 3), steps=steps, seed=st.integers(0, 1000))
+def test_runner_rollback_by_truncation_is_the_general_path(B, steps, seed):
+    """Rows that append a full block and keep alike roll back by truncating the cache; the general
+    path (masking every row's rejected entries, then dropping all-hole columns) must leave the same
+    `valid`, lengths and next logits, bit for bit — also where a ragged step left holes before."""
+    model = build("llama")
+    fast, ref = ModelRunner(model, lean=True), ModelRunner(model, lean=True)
+    ref.TRUNCATE_LEVEL = False
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, 64, (B, 5), generator=g)
+    for r in (fast, ref):
+        r.reset(B)
+        r.forward(prompt, [5] * B)
+    for W, whole, level, s in steps:
+        rng = torch.Generator().manual_seed(s)
+        tokens = torch.randint(0, 64, (B, W), generator=rng)
+        lens = [W] * B if whole else torch.randint(1, W + 1, (B,), generator=rng).tolist()
+        keep = [int(torch.randint(0, min(lens) + 1, (1,), generator=rng))] * B if level else \
+            [int(torch.randint(0, n + 1, (1,), generator=rng)) for n in lens]
+        outs = []
+        for r in (fast, ref):
+            r.mark()
+            outs.append(r.forward(tokens, lens)[0])
+            r.rollback(keep)
+        assert torch.equal(*outs)
+        assert fast.lengths == ref.lengths and torch.equal(fast.valid, ref.valid)
+    last = torch.randint(0, 64, (B, 1), generator=g)
+    assert torch.equal(fast.forward(last, [1] * B)[0], ref.forward(last, [1] * B)[0])

@@ -189,3 +189,21 @@ def test_seeded_sampling_is_reproducible():
     a = draftwise.generate(model, [PROMPT] * 4, drafter=draft, max_new_tokens=10, temperature=1.0, seed=7)
     b = draftwise.generate(model, [PROMPT] * 4, drafter=draft, max_new_tokens=10, temperature=1.0, seed=7)
     assert [o.token_ids for o in a] == [o.token_ids for o in b]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_greedy_verify_on_lists_is_the_tensor_rule(seed, monkeypatch):
+    """Small greedy blocks are verified on lists (`verify._greedy_small`): the same counts and
+    next tokens as the tensor rule, including rows that offer fewer drafts than the block holds
+    and drafts that tie the target's argmax."""
+    g = torch.Generator().manual_seed(seed)
+    B, D, V_ = 1 + seed % 4, seed % 6, 5
+    logits = torch.randn(B, D + 1, V_, generator=g)
+    best = logits.argmax(-1)
+    drafts = torch.where(torch.rand(B, D, generator=g) < 0.7, best[:, :D], torch.randint(0, V_, (B, D), generator=g))
+    num = torch.randint(0, D + 1, (B,), generator=g)
+    params = SamplingParams()
+    small = V.verify(logits, drafts, num, None, params)
+    monkeypatch.setattr(V, "GREEDY_LISTS", 0)
+    tensor = V.verify(logits, drafts, num, None, params)
+    assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(small, tensor))

@@ -184,6 +184,7 @@ class ModelRunner:
             logits, hidden = self._forward_once(tokens, lens, hidden_layers, need_logits)
         return (logits if need_logits else None), hidden
 
+    TRUNCATE_LEVEL = True   # rows that keep alike roll back by truncation (False: the general path, for tests)
     SMALL_BLOCK = 4096    # (rows × columns) up to which positions and padding are built from lists
 
     def _block(self, W: int, lens: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -293,7 +294,7 @@ class ModelRunner:
                 self.forward(tokens, keep_l, need_logits=False)
             return
         self.lengths = [a + k for a, k in zip(lens0, keep_l)]
-        if whole and keep_l and min(keep_l) == max(keep_l) and (keep_l[0] >= 1 or dense0):
+        if self.TRUNCATE_LEVEL and whole and keep_l and min(keep_l) == max(keep_l) and (keep_l[0] >= 1 or dense0):
             # every row appended the same full block and keeps the same prefix of it (batch 1
             # always): the columns after it are holes in every row, which is a truncation — the
             # general path's result (which would also drop holes before the mark where a row
