@@ -183,6 +183,38 @@ def test_measured_draft_model_token_times():
     assert slowed.measured_target_factor(d2, 1, 128) == 1.0                            # another draft
 
 
+def test_a_draft_model_step_after_every_draft_was_accepted_feeds_two_tokens_a_row():
+    """A row that accepted every draft hands the draft model two tokens in the step's first forward
+    (its last draft, then the bonus token), and the batch's forward is that wide: with probability
+    1 − (1 − a_D)^B, a_D the chance a row accepts all D, a step pays the profile's
+    `catch_up_seconds` once. Priced per token alone, the draft model's steps in the validation's runs
+    cost up to 2.2× the model's at D = 1 (BENCHMARKS §5.0, session 34)."""
+    from draftwise.planner.acceptance import Acceptance
+    from draftwise.planner.model import drafter_desc
+    from draftwise.planner.schedule import _drafter_time
+    draft_cfg = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+                 "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128}
+    h = get_hardware("cpu")
+    h.draft_config = draft_cfg
+    h.draft_step_times = [{"B": 1, "L": 128, "seconds": 1e-3, "catch_up_seconds": 4e-4},
+                          {"B": 4, "L": 128, "seconds": 2e-3, "catch_up_seconds": 8e-4}]
+    cm = CostModel("llama-3.1-8b", h)
+    d = drafter_desc("draft_model", cm.target, config=draft_cfg)
+    assert cm.drafter_time(d, 4, 2, 128) == pytest.approx(4e-3)                          # nothing accepted in full
+    assert cm.drafter_time(d, 1, 2, 128, all_accepted=0.5) == pytest.approx(2e-3 + 0.5 * 4e-4)
+    assert cm.drafter_time(d, 4, 2, 128, all_accepted=0.5) == pytest.approx(4e-3 + (1 - 0.5 ** 4) * 8e-4)
+    assert cm.drafter_time(d, 4, 2, 128, all_accepted=1.0) == pytest.approx(4e-3 + 8e-4)
+    # the planner passes each D's chance of a row accepting all D drafts
+    a = Acceptance([0.8, 0.5, 0.5])
+    for D in (1, 3):
+        assert _drafter_time(cm, d, None, 4, D, 128, a) == pytest.approx(
+            cm.drafter_time(d, 4, D, 128, all_accepted=a.survival(D)))
+    assert _drafter_time(cm, d, None, 4, 1, 128, a) == pytest.approx(2e-3 + (1 - 0.2 ** 4) * 8e-4)
+    # without a measurement, the model's own price of a second token a row
+    other = drafter_desc("draft_model", cm.target, config=dict(draft_cfg, num_hidden_layers=2))
+    assert cm.drafter_time(other, 4, 2, 128, all_accepted=1.0) > cm.drafter_time(other, 4, 2, 128)
+
+
 def test_profiled_grid_interpolates_and_extrapolates_with_the_model():
     from draftwise.planner.model import load_config
     cfg, _ = load_config("llama-3.1-8b")

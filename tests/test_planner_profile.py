@@ -122,6 +122,30 @@ def test_a_draft_token_is_timed_as_decoding_pays_it(monkeypatch):
     assert abs(after[0]["seconds"] - 0.00125) < 1e-9    # (2 + 1 + 1 + 1) ms over 4 tokens
 
 
+class WideRunner(CacheClock):
+    """A draft forward costs 1 ms, 0.5 ms more for a second token a row; targets cost nothing."""
+    cost = staticmethod(lambda kind, last: 0.0)
+
+    def forward(self, tok, n):
+        c = CacheClock.clock
+        if self.model.kind == "draft":
+            c["now"] += 0.001 + 0.0005 * (tok.shape[1] - 1)
+        c["last"] = self.model.kind
+
+
+def test_a_second_token_in_the_drafts_first_forward_is_timed(monkeypatch):
+    """`catch_up_seconds`: what two tokens a row cost the draft's first forward of a step over one
+    (a row that accepted every draft feeds both its last draft and the bonus token)."""
+    monkeypatch.setattr(target_mod, "ModelRunner", WideRunner)
+    monkeypatch.setattr(prof.time, "perf_counter", WideRunner.now)
+    pts = prof.measure_draft_steps(fake_model("draft"), [1, 2], [8], repeats=3, target=fake_model())
+    assert [p["catch_up_seconds"] for p in pts] == pytest.approx([0.0005, 0.0005])
+    monkeypatch.setattr(target_mod, "ModelRunner", CachedRunner)
+    monkeypatch.setattr(prof.time, "perf_counter", CachedRunner.now)
+    flat = prof.measure_draft_steps(fake_model("draft"), [1], [8], repeats=3, target=fake_model())
+    assert flat[0]["catch_up_seconds"] == pytest.approx(0.0)      # as dear at one token as at two
+
+
 class EvictingRunner(CacheClock):
     """A target forward costs 1 ms, 1.5 ms right after a draft forward (the draft evicted its
     weights); draft forwards cost nothing on the clock."""

@@ -177,7 +177,11 @@ class CostModel:
         return Bs, Ds, Ls, pts
 
     # ------------------------------------------------------------------ drafters
-    def drafter_time(self, drafter: Optional[DrafterDesc], B: int, D: int, L: int) -> float:
+    def drafter_time(self, drafter: Optional[DrafterDesc], B: int, D: int, L: int, all_accepted: float = 0.0) -> float:
+        """Seconds a step spends drafting D tokens for B rows at context L. `all_accepted`: the
+        chance that a row accepted every draft of the step before (`Acceptance.survival(D)`); a
+        draft model then feeds that row two tokens in its first forward, its last draft and the
+        target's bonus token, and the whole batch's forward is that wide (`catch_up_seconds`)."""
         if drafter is None or D <= 0:
             return 0.0
         if drafter.free:
@@ -188,11 +192,15 @@ class CostModel:
         n_layers = len(drafter.model.layers) if drafter.model is not None else len(drafter.layers)
         per_pass = self._pass_overhead(n_layers)
         if drafter.model is not None:   # a standalone draft model: D sequential single-token steps
+            wide = 1.0 - (1.0 - min(max(all_accepted, 0.0), 1.0)) ** B     # the first forward feeds two a row
             measured = self.measured_draft_token(drafter, B, L)
             if measured is not None:    # its tokens, and the target's verification they slowed
-                return D * measured + (self.measured_target_factor(drafter, B, L) - 1.0) * self.target_time(B, D, L)
+                catch_up = self._draft_profile(drafter, B, L, "catch_up_seconds", per_row_beyond=True) or 0.0
+                return D * measured + wide * catch_up \
+                    + (self.measured_target_factor(drafter, B, L) - 1.0) * self.target_time(B, D, L)
             one = sum(self.forward_breakdown(drafter.model, B, 1, L).values())
-            return D * (s * one + per_pass)
+            two = sum(self.forward_breakdown(drafter.model, B, 2, L).values())
+            return D * (s * one + per_pass) + wide * s * (two - one)
         pseudo = self.target
         once = self.gemm_time(drafter.once_params, B, wb)
         if drafter.parallel:            # one pass over a block of 1 + D positions

@@ -10,7 +10,8 @@
 - with a draft model, the time of one drafted token for B sequences at context L, through the
   engine's own runner, right after a target forward as in decoding (small models are dominated
   by per-forward costs no FLOP count predicts, and by whether their weights are still cached),
-  and how much dearer the target's next verification is after those drafts (`target_factor`).
+  how much dearer the target's next verification is after those drafts (`target_factor`), and
+  what a second token in the draft's first forward of a step adds (`catch_up_seconds`).
 Saved as JSON (a `Hardware` with `source: "measured"`) and reused with `--hardware profile.json`;
 `sps_curves` in the file give steps/s against verified tokens for the run-time scheduler.
 """
@@ -221,7 +222,8 @@ def measure_draft_steps(model, batch_sizes: Sequence[int], context_lengths: Sequ
                 verify = _width_step(trunner, B, 1, target.config.vocab_size, g, device)
             drafts = _width_step(runner, B, 1, vocab, g, device, passes=4)
             sec = _median_time(drafts, repeats, device, warmup=2, before=verify) / 4
-            point = {"B": int(B), "L": int(L), "seconds": sec}
+            point = {"B": int(B), "L": int(L), "seconds": sec,
+                     "catch_up_seconds": _catch_up(runner, B, vocab, g, device, verify, repeats)}
             if trunner is not None:
                 point["target_factor"] = _target_after_drafts(trunner, B, target.config.vocab_size, g, device,
                                                               drafts, verify, repeats)
@@ -230,6 +232,27 @@ def measure_draft_steps(model, batch_sizes: Sequence[int], context_lengths: Sequ
                 log(f"  draft B={B:<4d} L={L:<6d} {sec * 1e3:9.2f} ms"
                     + (f"  (then the target's step ×{point['target_factor']:.2f})" if "target_factor" in point else ""))
     return out
+
+
+def _catch_up(runner, B: int, vocab: int, g, device: str, verify, repeats: int) -> float:
+    """What a second token a row adds to the draft model's first forward of a step: after a step
+    in which a row accepted every draft, the draft has yet to see its last draft and the target's
+    bonus token, and the batch's first forward feeds two tokens a row. At 1k tokens, batch 16, on
+    the 2-core CPU of BENCHMARKS.md that forward took 5.8 ms against 3.7 for one token, and the
+    draft model's steps in the validation's runs cost up to 2.2× the profile's D tokens at D = 1
+    (BENCHMARKS §5.0, session 34). Timed in turns, one token then two, each after `verify`."""
+    one, two = _width_step(runner, B, 1, vocab, g, device), _width_step(runner, B, 2, vocab, g, device)
+    times: dict[int, list[float]] = {1: [], 2: []}
+    for _ in range(max(int(repeats), 1) + 1):
+        for w, step in ((1, one), (2, two)):
+            if verify is not None:
+                verify()
+            _sync(device)
+            t0 = time.perf_counter()
+            step()
+            _sync(device)
+            times[w].append(time.perf_counter() - t0)
+    return max(statistics.median(times[2][1:]) - statistics.median(times[1][1:]), 0.0)
 
 
 def _target_after_drafts(trunner, B: int, vocab: int, g, device: str, drafts, verify, repeats: int) -> float:

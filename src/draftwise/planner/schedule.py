@@ -352,10 +352,10 @@ def predict(target: Any, hardware: Any = None, *, acceptance: Any = None, alpha:
                         share = aD.verify_share(b)
                         return share * cm.target_time(b, D, L) + (1 - share) * cm.target_time(b, 0, L) if D \
                             else cm.plain_time(b, L)
-                    tt, td = target(B), _drafter_time(cm, d, cost_ratio, B, D, L)
+                    tt, td = target(B), _drafter_time(cm, d, cost_ratio, B, D, L, aD)
                     E = aD.expected_tokens(D)
                     if batching == "static":        # the same tokens over the batch's shrinking steps
-                        E *= (tt + td) / sum(w * (target(B - k) + _drafter_time(cm, d, cost_ratio, B - k, D, L))
+                        E *= (tt + td) / sum(w * (target(B - k) + _drafter_time(cm, d, cost_ratio, B - k, D, L, aD))
                                              for k, w in enumerate(aD.static_shares(D, B)) if w)
                     out.append({"drafter": n, "batch_size": B, "num_draft_tokens": D, "context_length": L,
                                 "target_time_s": tt, "draft_time_s": td, "step_time_s": tt + td,
@@ -364,10 +364,11 @@ def predict(target: Any, hardware: Any = None, *, acceptance: Any = None, alpha:
     return out
 
 
-def _drafter_time(cm: CostModel, d: Optional[DrafterDesc], cost_ratio, B: int, D: int, L: int) -> float:
+def _drafter_time(cm: CostModel, d: Optional[DrafterDesc], cost_ratio, B: int, D: int, L: int,
+                  acceptance: Optional[Acceptance] = None) -> float:
     if d is None:
         return (cost_ratio or 0.0) * D * cm.target_time(B, 0, L)
-    return cm.drafter_time(d, B, D, L)
+    return cm.drafter_time(d, B, D, L, all_accepted=acceptance.survival(D) if acceptance is not None and D > 0 else 0.0)
 
 
 def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain):
@@ -379,7 +380,7 @@ def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain):
         for D in range(max_draft + 1):
             aD = a.at(D)             # the steps D takes (`Acceptance.by_draft_length`)
             share = aD.verify_share(B)   # steps where no row has a proposal cost one token a row
-            td = _drafter_time(cm, ddesc[n], cost_ratio, B, D, L)
+            td = _drafter_time(cm, ddesc[n], cost_ratio, B, D, L, aD)
             tt = share * T_target[D] + (1 - share) * T_target[0] if D else cm.plain_time(B, L)
             rows.append((aD.expected_tokens(D), tt + td, td))
         res[n] = (pick_num_draft_tokens([E / T for E, T, _ in rows], min_gain), rows)
