@@ -51,7 +51,9 @@ class Hardware:
     step_times: list = field(default_factory=list)   # [{"B","D","L","seconds"}, ...] of `target`
     target: Optional[str] = None      # which model step_times were measured on
     target_config: Optional[dict] = None
-    draft_step_times: list = field(default_factory=list)  # [{"B","L","seconds"}, ...] one draft-model token
+    # [{"B","L","seconds", "target_factor", "catch_up_seconds"}, ...]: one draft-model token, the
+    # target's next step after drafts (× its own), a second token a row in a step's first forward
+    draft_step_times: list = field(default_factory=list)
     draft_config: Optional[dict] = None   # the draft model draft_step_times were measured on
     dtype: str = "bfloat16"
     notes: str = ""
