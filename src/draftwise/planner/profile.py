@@ -42,15 +42,7 @@ def _median_time(fn, repeats: int, device: str, warmup: int = 1, best: bool = Fa
     for _ in range(warmup):
         fn()
     _sync(device)
-    ts = []
-    for _ in range(repeats):
-        if before is not None:
-            before()
-            _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        ts.append(time.perf_counter() - t0)
+    ts = _in_turns({0: (before, fn)}, repeats, device)[0]
     return min(ts) if best else statistics.median(ts)
 
 
@@ -242,17 +234,24 @@ def _catch_up(runner, B: int, vocab: int, g, device: str, verify, repeats: int) 
     draft model's steps in the validation's runs cost up to 2.2× the profile's D tokens at D = 1
     (BENCHMARKS §5.0, session 34). Timed in turns, one token then two, each after `verify`."""
     one, two = _width_step(runner, B, 1, vocab, g, device), _width_step(runner, B, 2, vocab, g, device)
-    times: dict[int, list[float]] = {1: [], 2: []}
-    for _ in range(max(int(repeats), 1) + 1):
-        for w, step in ((1, one), (2, two)):
-            if verify is not None:
-                verify()
+    times = _in_turns({1: (verify, one), 2: (verify, two)}, max(int(repeats), 1) + 1, device)
+    return max(statistics.median(times[2][1:]) - statistics.median(times[1][1:]), 0.0)     # (the first: warm-up)
+
+
+def _in_turns(runs: dict, rounds: int, device: str) -> dict:
+    """{key: [seconds, …]}: each of `runs`' (before, step) once a round, in turn, `before` (if
+    any) untimed: what a step costs after what decoding runs ahead of it, compared side by side."""
+    times: dict = {k: [] for k in runs}
+    for _ in range(rounds):
+        for k, (before, step) in runs.items():
+            if before is not None:
+                before()
             _sync(device)
             t0 = time.perf_counter()
             step()
             _sync(device)
-            times[w].append(time.perf_counter() - t0)
-    return max(statistics.median(times[2][1:]) - statistics.median(times[1][1:]), 0.0)
+            times[k].append(time.perf_counter() - t0)
+    return times
 
 
 def _target_after_drafts(trunner, B: int, vocab: int, g, device: str, drafts, verify, repeats: int) -> float:
@@ -261,15 +260,7 @@ def _target_after_drafts(trunner, B: int, vocab: int, g, device: str, drafts, ve
     2-core CPU of BENCHMARKS.md its runs paid up to 24 % more than prompt lookup's for the same
     target step at batch 1), a cost of drafting with a model that the target's own grid never sees."""
     step = _width_step(trunner, B, 5, vocab, g, device)
-    times: dict[str, list[float]] = {"draft": [], "target": []}
-    for _ in range(max(int(repeats), 1)):
-        for kind, before in (("draft", drafts), ("target", verify)):
-            before()
-            _sync(device)
-            t0 = time.perf_counter()
-            step()
-            _sync(device)
-            times[kind].append(time.perf_counter() - t0)
+    times = _in_turns({"draft": (drafts, step), "target": (verify, step)}, max(int(repeats), 1), device)
     base = statistics.median(times["target"])
     return statistics.median(times["draft"]) / base if base > 0 else 1.0
 
