@@ -114,9 +114,10 @@ def _width_step(runner, B: int, width: int, vocab: int, g, device: str, passes: 
 
 
 def _interleaved_samples(steps: dict, rounds: int, rng: random.Random, device: str,
-                         clock=time.perf_counter) -> dict:
+                         clock=time.perf_counter, before: Optional[dict] = None) -> dict:
     """{key: [seconds, …]}: `rounds` rounds, each timing every step once in a fresh random order
-    (after one untimed round), so that every step sees the same moments of a drifting machine."""
+    (after one untimed round), so that every step sees the same moments of a drifting machine;
+    `before[key]`, where given, runs untimed right ahead of that step."""
     keys = list(steps)
     for k in keys:
         steps[k]()
@@ -125,6 +126,9 @@ def _interleaved_samples(steps: dict, rounds: int, rng: random.Random, device: s
     for _ in range(rounds):
         rng.shuffle(keys)
         for k in keys:
+            if before and k in before:
+                before[k]()
+                _sync(device)
             t0 = clock()
             steps[k]()
             _sync(device)
@@ -133,6 +137,7 @@ def _interleaved_samples(steps: dict, rounds: int, rng: random.Random, device: s
 
 
 PLAIN_RUN = 16
+PLAIN_WARM = 4      # untimed plain steps ahead of each timed run of them (`measure_steps`)
 
 
 @torch.no_grad()
@@ -143,10 +148,14 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
     through the engine's own runner (ragged mask, positions, rollback), as the engine pays it.
 
     With `plain_run` > 0 the D = 0 points also get "plain_run_seconds": a step of plain decoding,
-    timed as a run of `plain_run` one-token forwards (the cache growing) in the same rounds. One
-    token a row amid wider steps costs more than in a run of its own (on the 2-core CPU of
-    BENCHMARKS.md 7–10 % in a profile, 6–30 % inside decoding): plain decoding is the baseline
-    every speedup divides by, and prompt lookup's steps without a proposal pay the other price.
+    timed as a run of `plain_run` one-token forwards (the cache growing) in the same rounds, each
+    run right after `PLAIN_WARM` untimed ones. One token a row amid wider steps costs more than in
+    a run of its own (on the 2-core CPU of BENCHMARKS.md 7–10 % in a profile, 6–30 % inside
+    decoding): plain decoding is the baseline every speedup divides by, and prompt lookup's steps
+    without a proposal pay the other price. The way back from a wide step lasts past the first
+    plain one: timed straight after the round's wider steps, 16 plain steps at batch 4, 1k tokens
+    cost 11 % more than the engine's plain decoding; after 4 untimed, 1–3 % (BENCHMARKS §5.0,
+    session 34), and every predicted speedup had come out that much too high.
 
     The grid is measured `passes` times, the (B, L) in reverse order every other pass; within a
     (B, L), `repeats` rounds time every width once each, in a fresh random order; a point is the
@@ -167,9 +176,11 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
         for B, L in (cells if p % 2 == 0 else cells[::-1]):
             _prefill(runner, B, L, vocab, g, device)
             steps = {D: _width_step(runner, B, 1 + D, vocab, g, device) for D in draft_tokens}
+            warm = {}
             if plain_run > 0:
                 steps["plain"] = _width_step(runner, B, 1, vocab, g, device, passes=plain_run)
-            for D, ts in _interleaved_samples(steps, max(int(repeats), 1), rng, device, clock).items():
+                warm["plain"] = _width_step(runner, B, 1, vocab, g, device, passes=PLAIN_WARM)
+            for D, ts in _interleaved_samples(steps, max(int(repeats), 1), rng, device, clock, warm).items():
                 if D == "plain":
                     ts = [t / plain_run for t in ts]
                 samples.setdefault((B, D, L), []).extend(ts)
