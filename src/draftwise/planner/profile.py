@@ -152,10 +152,11 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
     run right after `PLAIN_WARM` untimed ones. One token a row amid wider steps costs more than in
     a run of its own (on the 2-core CPU of BENCHMARKS.md 7–10 % in a profile, 6–30 % inside
     decoding): plain decoding is the baseline every speedup divides by, and prompt lookup's steps
-    without a proposal pay the other price. The way back from a wide step lasts past the first
-    plain one: timed straight after the round's wider steps, 16 plain steps at batch 4, 1k tokens
-    cost 11 % more than the engine's plain decoding; after 4 untimed, 1–3 % (BENCHMARKS §5.0,
-    session 34), and every predicted speedup had come out that much too high.
+    without a proposal pay the other price. Plain decoding's steps follow plain steps, so the timed
+    run does too: in one side-by-side check, 16 plain steps at batch 4, 1k tokens timed straight
+    after the round's wider steps cost 11 % more than the engine's plain decoding, and 1–3 % after
+    4 untimed ones; a rerun (`benchmarks/profile_checks.py`) found 0.92–1.00× and 0.91–1.02×, so
+    the effect is at most of the host's noise (BENCHMARKS §5.0, session 34).
 
     The grid is measured `passes` times, the (B, L) in reverse order every other pass; within a
     (B, L), `repeats` rounds time every width once each, in a fresh random order; a point is the
