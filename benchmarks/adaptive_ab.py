@@ -250,6 +250,26 @@ def widths(folder: Path) -> str:
     return f"{folder.name}: median target ms (steps) at {B} rows\n" + "\n".join(rows)
 
 
+def phases(folder: Path, every: int = 4) -> str:
+    """Per block of `every` units, in the order they ran, and configuration: the median target ms
+    of its plain steps and of its steps verifying drafts. The machine's speed can change for wide
+    steps alone (on session 35's host, steps verifying 4–5 drafts at 1k tokens ran at ~8.5 ms for
+    a stretch of units, then at ~12.5 ms for the next fifty, while plain steps stayed at ~6.6 ms):
+    the same configuration measures differently from one stretch to the next."""
+    units = load_units(folder / "units.jsonl")
+    names = sorted(units[0]["configs"], key=lambda n: (n != "plain", n))
+    rows = [f"| units | {' | '.join(f'{n}: plain / wide' for n in names)} |", "|---" * (1 + len(names)) + "|"]
+    med = lambda xs: f"{1e3 * statistics.median(xs):.1f}" if xs else "–"  # noqa: E731
+    for start in range(0, len(units), every):
+        block = units[start:start + every]
+        cells = []
+        for n in names:
+            steps = [s for u in block for s in u["configs"][n]["steps"]]
+            cells.append(f"{med([s[2] for s in steps if not s[1]])} / {med([s[2] for s in steps if s[1]])}")
+        rows.append(f"| {block[0]['unit']}–{block[-1]['unit']} | {' | '.join(cells)} |")
+    return f"{folder.name}: median target ms of a step, plain / verifying drafts\n" + "\n".join(rows)
+
+
 def by_rows(folder: Path) -> str:
     """After round 1, per configuration: steps and target seconds by the rows still in the batch,
     and the drafter and bookkeeping seconds of every step. In a static batch the rows left last
@@ -341,11 +361,17 @@ def main() -> None:
                     help="print, per cell folder in DIR, what adaptive D's steps cost over plain decoding's")
     ap.add_argument("--widths", default=None, metavar="DIR",
                     help="print the median target time of a step by configuration and width in the run DIR")
+    ap.add_argument("--phases", default=None, metavar="DIR",
+                    help="print, per block of units of the run DIR in the order they ran, the median target ms of "
+                         "each configuration's plain steps and of its steps verifying drafts")
     ap.add_argument("--rows", default=None, metavar="DIR",
                     help="print, per configuration of the run DIR, its steps and seconds by the rows left in the batch")
     args = ap.parse_args()
     if args.rows:
         print(by_rows(Path(args.rows)))
+        return
+    if args.phases:
+        print(phases(Path(args.phases)))
         return
     if args.by_round:
         print(by_round(Path(args.by_round)))

@@ -13,7 +13,7 @@ median step less its target's); the profile prices them at D × its measured sec
 The ratio shows where the cost model's drafter is off, and how that moves with D: a ratio that
 falls with D is a cost paid once a step, not per token. Then the validation's speedup error over
 all D, with plain decoding priced as the profile priced it and as the sweep's plain runs paid it
-(BENCHMARKS §5.0, session 34).
+(BENCHMARKS §5.0zzz, session 34).
 """
 import argparse
 import json

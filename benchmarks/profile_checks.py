@@ -1,4 +1,4 @@
-"""Side-by-side checks behind two of `draftwise profile`'s measurements (BENCHMARKS §5.0, session 34).
+"""Side-by-side checks behind two of `draftwise profile`'s measurements (BENCHMARKS §5.0zzz, session 34).
 
     python benchmarks/profile_checks.py [--target zoo/target] [--draft zoo/draft] [--context 1048]
 

@@ -188,7 +188,7 @@ def test_a_draft_model_step_after_every_draft_was_accepted_feeds_two_tokens_a_ro
     (its last draft, then the bonus token), and the batch's forward is that wide: with probability
     1 − (1 − a_D)^B, a_D the chance a row accepts all D, a step pays the profile's
     `catch_up_seconds` once. Priced per token alone, the draft model's steps in the validation's runs
-    cost up to 2.2× the model's at D = 1 (BENCHMARKS §5.0, session 34)."""
+    cost up to 2.2× the model's at D = 1 (BENCHMARKS §5.0zzz, session 34)."""
     from draftwise.planner.acceptance import Acceptance
     from draftwise.planner.model import drafter_desc
     from draftwise.planner.schedule import _drafter_time

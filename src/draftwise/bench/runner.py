@@ -496,7 +496,7 @@ def run_bench(cfg: BenchConfig, backend=None, log: Callable[[str], None] = print
             # from pair to pair): rotated by one place a batch, a group
             # of two batches left each configuration behind the same one both times, and adaptive D
             # with the draft model, always after the draft model at D = 8, ran the same plain steps
-            # as plain decoding 3 % slower (BENCHMARKS §5.0, session 20).
+            # as plain decoding 3 % slower (BENCHMARKS §5.0o, session 20).
             groups: dict[tuple[str, int], list] = {}
             for unit in todo:
                 groups.setdefault((unit[0], unit[3]), []).append(unit)

@@ -156,7 +156,7 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
     run does too: in one side-by-side check, 16 plain steps at batch 4, 1k tokens timed straight
     after the round's wider steps cost 11 % more than the engine's plain decoding, and 1–3 % after
     4 untimed ones; a rerun (`benchmarks/profile_checks.py`) found 0.92–1.00× and 0.91–1.02×, so
-    the effect is at most of the host's noise (BENCHMARKS §5.0, session 34).
+    the effect is at most of the host's noise (BENCHMARKS §5.0zzz, session 34).
 
     The grid is measured `passes` times, the (B, L) in reverse order every other pass; within a
     (B, L), `repeats` rounds time every width once each, in a fresh random order; a point is the
@@ -244,7 +244,7 @@ def _catch_up(runner, B: int, vocab: int, g, device: str, verify, repeats: int) 
     bonus token, and the batch's first forward feeds two tokens a row. At 1k tokens, batch 16, on
     the 2-core CPU of BENCHMARKS.md that forward took 5.8 ms against 3.7 for one token, and the
     draft model's steps in the validation's runs cost up to 2.2× the profile's D tokens at D = 1
-    (BENCHMARKS §5.0, session 34). Timed in turns, one token then two, each after `verify`."""
+    (BENCHMARKS §5.0zzz, session 34). Timed in turns, one token then two, each after `verify`."""
     one, two = _width_step(runner, B, 1, vocab, g, device), _width_step(runner, B, 2, vocab, g, device)
     times = _in_turns({1: (verify, one), 2: (verify, two)}, max(int(repeats), 1) + 1, device)
     return max(statistics.median(times[2][1:]) - statistics.median(times[1][1:]), 0.0)     # (the first: warm-up)

@@ -5,7 +5,7 @@ takes other steps: prompt lookup accepts long runs where the text repeats itself
 repeated passage is swallowed by a few long steps and the steps start mostly where the text is
 new, while at D = 2 several steps start inside each repeated passage, and their first drafts are
 accepted far more often. Priced with the α_k of D = 8, D = 1–3 at batch 1 came out 10–13 % slower
-than measured in session 18; traced, they match to two decimals (BENCHMARKS §5.0, session 19).
+than measured in session 18; traced, they match to two decimals (BENCHMARKS §5.0n, session 19).
 
 Under greedy decoding the output is the same at every D (lossless), and a drafter whose proposal
 is a function of the row's own tokens (`Drafter.from_prefix`: prompt lookup, a draft model
