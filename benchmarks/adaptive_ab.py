@@ -254,7 +254,7 @@ def phases(folder: Path, every: int = 4) -> str:
     """Per block of `every` units, in the order they ran, and configuration: the median target ms
     of its plain steps and of its steps verifying drafts. The machine's speed can change for wide
     steps alone (on session 35's host, steps verifying 4–5 drafts at 1k tokens ran at ~8.5 ms for
-    a stretch of units, then at ~12.5 ms for the next fifty, while plain steps stayed at ~6.6 ms):
+    a stretch of units, then at ~12.5 ms for the next fifty, while plain steps stayed at ~6.5 ms):
     the same configuration measures differently from one stretch to the next."""
     units = load_units(folder / "units.jsonl")
     names = sorted(units[0]["configs"], key=lambda n: (n != "plain", n))
