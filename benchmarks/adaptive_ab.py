@@ -229,6 +229,11 @@ def table(root: Path) -> str:
     return "\n".join(rows)
 
 
+def plain_first(names) -> list[str]:
+    """Configuration names for a report's rows or columns: plain decoding first, the rest by name."""
+    return sorted(names, key=lambda n: (n != "plain", n))
+
+
 def widths(folder: Path) -> str:
     """Median target ms of a step by configuration and verified width (rows as at the start), to
     compare the steps a configuration takes with another's of the same shape."""
@@ -240,7 +245,7 @@ def widths(folder: Path) -> str:
             for rows, width, tt, _, _ in c["steps"]:
                 if rows == B:
                     seen.setdefault((n, width), []).append(tt)
-    names = sorted({n for n, _ in seen}, key=lambda n: (n != "plain", n))
+    names = plain_first({n for n, _ in seen})
     ws = sorted({w for _, w in seen})
     rows = [f"| config | {' | '.join(f'width {w}' for w in ws)} |", "|---" * (1 + len(ws)) + "|"]
     for n in names:
@@ -257,7 +262,7 @@ def phases(folder: Path, every: int = 4) -> str:
     a stretch of units, then at ~12.5 ms for the next fifty, while plain steps stayed at ~6.5 ms):
     the same configuration measures differently from one stretch to the next."""
     units = load_units(folder / "units.jsonl")
-    names = sorted(units[0]["configs"], key=lambda n: (n != "plain", n))
+    names = plain_first(units[0]["configs"])
     rows = [f"| units | {' | '.join(f'{n}: plain / wide' for n in names)} |", "|---" * (1 + len(names)) + "|"]
     med = lambda xs: f"{1e3 * statistics.median(xs):.1f}" if xs else "–"  # noqa: E731
     for start in range(0, len(units), every):
@@ -275,7 +280,7 @@ def by_rows(folder: Path) -> str:
     and the drafter and bookkeeping seconds of every step. In a static batch the rows left last
     decode alone: where a configuration's time goes that the others' does not."""
     units = after_rounds(load_units(folder / "units.jsonl"), 1)
-    names = sorted(units[0]["configs"], key=lambda n: (n != "plain", n))
+    names = plain_first(units[0]["configs"])
     B = max(s[0] for u in units for c in u["configs"].values() for s in c["steps"])
     head = " | ".join(f"{r} rows: steps, target s" for r in range(B, 0, -1))
     rows = [f"| config | {head} | drafter + other s | all s |", "|---" * (B + 3) + "|"]
@@ -295,7 +300,7 @@ def by_round(folder: Path) -> str:
     units = load_units(folder / "units.jsonl")
     per_round = 1 + max(u["batch"] for u in units)
     price = shape_prices(units)
-    names = sorted(units[0]["configs"], key=lambda n: (n != "plain", n))
+    names = plain_first(units[0]["configs"])
     rows = ["| round | config | steps | verifying | tokens/step | target / drafter / other ms a step | "
             "step-priced over the best fixed |", "|---|---|---|---|---|---|---|"]
     for r in range(len(units) // per_round):
