@@ -21,6 +21,10 @@ so they need `--rounds` ≥ 2. With more than two rounds the summary is printed 
 rounds, and after the first (adaptive D's one-off learning left out, as a server amortises it).
 Run it on a quiet machine: another process on the cores distorts every time.
 
+`--pool DIR DIR …` reads repeated runs of one cell (each a fresh process) and prints each run's
+adaptive / best fixed D and all of them as one, after round 1: where the host changes speed for
+minutes at a time, one run's interval does not cover the next run's.
+
 `--versus PATH` adds a configuration "versus": adaptive D with the `AdaptiveDraftLength` of another
 version of `planner/adaptive.py` (e.g. `git show REV:src/draftwise/planner/adaptive.py > old.py`),
 built as `generate(adaptive=...)` builds its own, on its own drafter — two scheduler versions
@@ -221,12 +225,44 @@ def table(root: Path) -> str:
         a = rep["configs"]["adaptive"]
         g = lambda r: (f"{r['adaptive_over_versus_step_priced']:.3f} [{r['adaptive_over_versus_step_priced_ci'][0]:.3f}, "  # noqa: E731
                        f"{r['adaptive_over_versus_step_priced_ci'][1]:.3f}]" if "adaptive_over_versus_step_priced" in r else "–")
-        f = lambda r, e: f"{r['adaptive_over_best_fixed_' + e]:.3f} [{r['adaptive_over_best_fixed_' + e + '_ci'][0]:.3f}, {r['adaptive_over_best_fixed_' + e + '_ci'][1]:.3f}]"  # noqa: E731
         rows.append(f"| {st['drafter'].split(':')[0]} | {st['dataset'].split('-')[-1]} | {st['batch_size']} | "
-                    f"{rep['best_fixed_step_priced']} | {f(rep, 'step_priced')} | {f(rep, 'wall')} | "
-                    f"{f(warm, 'step_priced') if warm else '–'} | {a['verifying']} / {a['steps']} |"
+                    f"{rep['best_fixed_step_priced']} | {over_best_fixed(rep, 'step_priced')} | {over_best_fixed(rep, 'wall')} | "
+                    f"{over_best_fixed(warm, 'step_priced') if warm else '–'} | {a['verifying']} / {a['steps']} |"
                     + (f" {g(warm or rep)} |" if vs else ""))
     return "\n".join(rows)
+
+
+def pool(folders: list[Path]) -> str:
+    """Repeated runs of one cell (the same requests, each run a fresh process whose scheduler learns
+    from nothing), after round 1 of each: every run's adaptive / best fixed D, and all of them as
+    one run. On a host whose speed for wide steps changes for minutes at a time, one run's interval
+    covers the drift within it, not from one run to the next (BENCHMARKS, session 36: 0.985 and
+    1.039 of D = 3 twenty minutes apart); the runs together are the cell's expectation. The pooled
+    interval resamples the rounds of each batch of requests across every run."""
+    cell = ("target", "drafter", "dataset", "batch_size", "requests", "D", "max_new_tokens")
+    settings = {d.name: {k: json.loads((d / "setting.json").read_text()).get(k) for k in cell} for d in folders}
+    if len({json.dumps(v, sort_keys=True) for v in settings.values()}) > 1:
+        raise SystemExit(f"--pool needs runs of one cell (the same {', '.join(cell)}); these differ: {settings}")
+    runs = [(d.name, after_rounds(load_units(d / "units.jsonl"), 1)) for d in folders]
+    if any(not us for _, us in runs):
+        raise SystemExit(f"--pool reads the rounds after the first; these runs have none: "
+                         f"{[name for name, us in runs if not us]} (run them with --rounds 3 or more)")
+    # the configurations every run has: a run's "versus", or a fixed D only some ran, is left out
+    common = set.intersection(*(set(us[0]["configs"]) for _, us in runs))
+    runs = [(name, [dict(u, configs={n: c for n, c in u["configs"].items() if n in common}) for u in us])
+            for name, us in runs]
+    lines = ["| run | units | adaptive / best fixed, step-priced | wall |", "|---|---|---|---|"]
+    for name, units in runs + [("all runs", [u for _, us in runs for u in us])]:
+        rep = summarise(units, name)
+        lines.append(f"| {name} | {rep['units']} | {over_best_fixed(rep, 'step_priced')} ({rep['best_fixed_step_priced']}) | "
+                     f"{over_best_fixed(rep, 'wall')} ({rep['best_fixed_wall']}) |")
+    return "\n".join(lines)
+
+
+def over_best_fixed(rep: dict, est: str) -> str:
+    """A summary's adaptive / best fixed D by `est` ("wall", "step_priced"), with its interval."""
+    lo, hi = rep["adaptive_over_best_fixed_" + est + "_ci"]
+    return f"{rep['adaptive_over_best_fixed_' + est]:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
 def plain_first(names) -> list[str]:
@@ -371,7 +407,12 @@ def main() -> None:
                          "each configuration's plain steps and of its steps verifying drafts")
     ap.add_argument("--rows", default=None, metavar="DIR",
                     help="print, per configuration of the run DIR, its steps and seconds by the rows left in the batch")
+    ap.add_argument("--pool", default=None, metavar="DIR", nargs="+",
+                    help="print each of these runs of one cell and all of them as one, after round 1")
     args = ap.parse_args()
+    if args.pool:
+        print(pool([Path(d) for d in args.pool]))
+        return
     if args.rows:
         print(by_rows(Path(args.rows)))
         return
