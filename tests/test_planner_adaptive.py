@@ -164,8 +164,8 @@ def _priced(sched, seconds: float = 0.0):
 def _drive(sched, steps, confidence, accepted, per_token):
     """Run the engine's per-step calls on a batch of 4: draft_cap, schedule, observe. Returns the caps.
     The scheduler's own time is held at none: it is subtracted from the drafter's seconds given, and
-    on the real clock one pause of a loaded machine (a garbage collection, the OS) priced a token
-    given at 2 ms as free and moved a decision (a CI flake, session 37)."""
+    on the real clock one 30 ms pause at an early step (a garbage collection in a full suite, the OS)
+    is enough to move a decision — the likely cause of one failed full-suite run in session 37."""
     sched.clock = lambda: 0.0
     caps = []
     for _ in range(steps):
