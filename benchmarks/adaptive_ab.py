@@ -223,8 +223,7 @@ def table(root: Path) -> str:
         rounds = 1 + max(u["unit"] for u in units) // (1 + max(u["batch"] for u in units))
         warm = summarise(units, d.name, skip_rounds=1) if rounds > 2 else None
         a = rep["configs"]["adaptive"]
-        g = lambda r: (f"{r['adaptive_over_versus_step_priced']:.3f} [{r['adaptive_over_versus_step_priced_ci'][0]:.3f}, "  # noqa: E731
-                       f"{r['adaptive_over_versus_step_priced_ci'][1]:.3f}]" if "adaptive_over_versus_step_priced" in r else "–")
+        g = lambda r: with_interval(r, "adaptive_over_versus_step_priced") if "adaptive_over_versus_step_priced" in r else "–"  # noqa: E731
         rows.append(f"| {st['drafter'].split(':')[0]} | {st['dataset'].split('-')[-1]} | {st['batch_size']} | "
                     f"{rep['best_fixed_step_priced']} | {over_best_fixed(rep, 'step_priced')} | {over_best_fixed(rep, 'wall')} | "
                     f"{over_best_fixed(warm, 'step_priced') if warm else '–'} | {a['verifying']} / {a['steps']} |"
@@ -261,8 +260,13 @@ def pool(folders: list[Path]) -> str:
 
 def over_best_fixed(rep: dict, est: str) -> str:
     """A summary's adaptive / best fixed D by `est` ("wall", "step_priced"), with its interval."""
-    lo, hi = rep["adaptive_over_best_fixed_" + est + "_ci"]
-    return f"{rep['adaptive_over_best_fixed_' + est]:.3f} [{lo:.3f}, {hi:.3f}]"
+    return with_interval(rep, "adaptive_over_best_fixed_" + est)
+
+
+def with_interval(rep: dict, key: str) -> str:
+    """A summary's ratio `key` with its 95 % interval (`key` + "_ci")."""
+    lo, hi = rep[key + "_ci"]
+    return f"{rep[key]:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
 def plain_first(names) -> list[str]:
