@@ -160,12 +160,14 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
 
     The grid is measured `passes` times, the (B, L) in reverse order every other pass; within a
     (B, L), `repeats` rounds time every width once each, in a fresh random order; a point is the
-    median of its passes × repeats timings. Measured once, point after point, a shared CPU's drift
-    of ±10 % over seconds became the profile's shape (one such profile had 12 rows cheaper than 8,
-    and the planner followed it); timed width after width, drift over a few seconds still shaped
-    the curve (on a clock slowing 2 % a forward, equal widths came out up to 1.35× apart). What
-    stays is the host's own state: on the 2-core CPU of BENCHMARKS.md, verifying 5 tokens at
-    batch 1 measured 1.30×, 1.65× and 1.92× a plain step in profiles hours apart."""
+    median of its passes × repeats timings, and "pass_seconds" ("pass_plain_run_seconds") keeps
+    each pass's own median, in the order the passes ran (`planner.levels` reads them). Measured
+    once, point after point, a shared CPU's drift of ±10 % over seconds became the profile's shape
+    (one such profile had 12 rows cheaper than 8, and the planner followed it); timed width after
+    width, drift over a few seconds still shaped the curve (on a clock slowing 2 % a forward, equal
+    widths came out up to 1.35× apart). What stays is the host's own state: on the 2-core CPU of
+    BENCHMARKS.md, verifying 5 tokens at batch 1 measured 1.30×, 1.65× and 1.92× a plain step in
+    profiles hours apart, and 1.35× or 1.85× in stretches minutes apart within one run."""
     from ..target import ModelRunner
 
     runner = runner or ModelRunner(model, lean="exact")
@@ -173,6 +175,7 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
     g, rng = torch.Generator().manual_seed(0), random.Random(0)
     cells = [(B, L) for L in context_lengths for B in batch_sizes]
     samples: dict[tuple[int, int, int], list[float]] = {}
+    per_pass: dict[tuple[int, int, int], list[float]] = {}
     for p in range(max(int(passes), 1)):
         for B, L in (cells if p % 2 == 0 else cells[::-1]):
             _prefill(runner, B, L, vocab, g, device)
@@ -185,13 +188,16 @@ def measure_steps(model, batch_sizes: Sequence[int], draft_tokens: Sequence[int]
                 if D == "plain":
                     ts = [t / plain_run for t in ts]
                 samples.setdefault((B, D, L), []).extend(ts)
+                per_pass.setdefault((B, D, L), []).append(statistics.median(ts))
     out = []
     for L in context_lengths:
         for B in batch_sizes:
             for D in draft_tokens:
-                point = {"B": int(B), "D": int(D), "L": int(L), "seconds": statistics.median(samples[(B, D, L)])}
+                point = {"B": int(B), "D": int(D), "L": int(L), "seconds": statistics.median(samples[(B, D, L)]),
+                         "pass_seconds": per_pass[(B, D, L)]}
                 if D == 0 and plain_run > 0:
                     point["plain_run_seconds"] = statistics.median(samples[(B, "plain", L)])
+                    point["pass_plain_run_seconds"] = per_pass[(B, "plain", L)]
                 out.append(point)
                 if log:
                     log(f"  B={B:<4d} D={D:<3d} L={L:<6d} {point['seconds'] * 1e3:9.2f} ms"
