@@ -22,14 +22,16 @@
    D give each D's own (`draftwise.planner.trace`; `--no-trace`: every D priced with the largest
    D's — prompt lookup's small D then came out 10–13 % slow at batch 1);
 4. `draftwise.planner.predict(...)` for every cell (drafter, batch, D, context);
-5. comparison: best D (argmax of throughput, D = 0 included) predicted vs measured, predicted vs
-   measured speedup over plain decoding (wall clock, and step-priced: each step at its shape's
+5. comparison: best D (argmax of throughput, D = 0 included; where the profile's passes met two
+   prices of width, the D that loses least at either, as `plan` picks it) predicted vs measured,
+   predicted vs measured speedup over plain decoding (wall clock, and step-priced: each step at its shape's
    median over the pass, `step_priced_throughput`, which leaves out the machine's drift between
    the runs of plain decoding and of each D), adaptive D vs the best fixed D (both ways); a plot and
    OUT/summary.json + OUT/summary.md. The planner models draftwise's static batches (a batch ends
    with its slowest row, from per-request acceptance); `--batching continuous` writes
    OUT/summary_continuous.* with the continuous-batching model a vLLM-style server would follow;
-6. the same prediction twice more, with other step prices: OUT/profile_spread.json, each point the
+6. the same prediction again with other step prices: where the profile met two prices of width,
+   its median alone (the summary's `median_only`); OUT/profile_spread.json, each point the
    median of the profile and of slices re-timed during the sweep (one before each dataset × batch
    size group of every pass, the group's context only; `--no-slices` leaves them out): this host's
    price of width moves over an hour, and the sweep pays the hour's; and OUT/profile_in_sweep-*.json,
@@ -147,7 +149,7 @@ def in_sweep_prices(profile: dict, samples: dict, ctx: dict[str, int], drafter: 
     for m in profile["step_times"]:
         B, D, L = int(m["B"]), int(m["D"]), int(m["L"])
         ds = by_L.get(L)
-        new = dict(m)
+        new = {k: v for k, v in m.items() if not k.startswith("pass_")}     # one price, the sweep's
         for field, who, width in (("seconds", drafter, D + 1), ("plain_run_seconds", BASELINE, 1)):
             ts = samples.get((ds, who, B, width), [])
             if field in m and len(ts) >= min_samples:
@@ -178,8 +180,9 @@ def spread_profile(profile: dict, slices: list[dict]) -> dict:
             for field in ("seconds", "plain_run_seconds"):
                 if field in m:
                     vals[(ident(m), field)].append(float(m[field]))
-        return [{**m, **{f: statistics.median(vals[(ident(m), f)]) for f in ("seconds", "plain_run_seconds")
-                         if f in m}} for m in profile.get(key) or []]
+        return [{**{k: v for k, v in m.items() if not k.startswith("pass_")},     # one price, the hour's
+                 **{f: statistics.median(vals[(ident(m), f)]) for f in ("seconds", "plain_run_seconds") if f in m}}
+                for m in profile.get(key) or []]
     steps = merged("step_times", lambda m: (int(m["B"]), int(m["D"]), int(m["L"])))
     return {**profile, "step_times": steps, "sps_curves": sps_curves(steps),
             "draft_step_times": merged("draft_step_times", lambda m: (int(m["B"]), int(m["L"]))),
@@ -268,6 +271,8 @@ def main() -> None:
     from draftwise.bench.runner import ADAPTIVE, BASELINE, BenchConfig, EngineBackend, read_results, run_bench
     from draftwise.planner import pick_num_draft_tokens, predict
     from draftwise.planner.acceptance import Acceptance, full_steps
+    from draftwise.planner.hardware import get_hardware
+    from draftwise.planner.levels import find_levels, least_regret, level_hardware
     from draftwise.planner.profile import measure_draft_steps, measure_steps, profile, save_profile
 
     if args.threads:
@@ -365,15 +370,23 @@ def main() -> None:
                          if steps}
                      for d in drafters} for ds in datasets}
 
+    gain = {} if args.min_gain is None else {"min_gain": args.min_gain}
+
     def score(hardware, only: Optional[str] = None) -> tuple[list[dict], list[dict]]:
         """4.–5. the planner's prediction for every cell (of drafter `only`) from `hardware`, against
-        the sweep."""
+        the sweep; where the profile's passes met two prices of width, the D that loses least at
+        either (`planner.levels`, as `plan` picks it)."""
         cells, adaptive_rows = [], []
+        at_levels = level_hardware(get_hardware(hardware))
         for ds in datasets:
             L, acc = ctx[ds], accs[ds]
-            pred = predict(args.target, hardware, acceptance=acc, draft_model=draft_cfg, batch_sizes=batch_sizes,
-                           draft_tokens=[0] + Ds, context_lengths=[L], batching=args.batching)
-            P = {(p["drafter"], p["batch_size"], p["num_draft_tokens"]): p for p in pred}
+
+            def predicted(hw) -> dict:
+                return {(p["drafter"], p["batch_size"], p["num_draft_tokens"]): p for p in predict(
+                    args.target, hw, acceptance=acc, draft_model=draft_cfg, batch_sizes=batch_sizes,
+                    draft_tokens=[0] + Ds, context_lengths=[L], batching=args.batching)}
+            P = predicted(hardware)
+            P_levels = [predicted(hw) for hw in at_levels.values()]
             for d in [only] if only else drafters:
                 for B in batch_sizes:
                     fixed = {0: (ds, BASELINE, 0, B), **{D: (ds, d, D, B) for D in Ds}}   # D → cell key
@@ -382,8 +395,10 @@ def main() -> None:
                     prd = {D: P[(d, B, D)]["throughput_tok_s"] for D in [0] + Ds}
                     # the planner's own choice from its predictions (`plan` applies the same rule)
                     best_m = max(meas, key=meas.get)
-                    best_p = pick_num_draft_tokens([prd[D] for D in [0] + Ds],
-                                                   **({} if args.min_gain is None else {"min_gain": args.min_gain}))
+                    best_p = pick_num_draft_tokens([prd[D] for D in [0] + Ds], **gain)
+                    if P_levels:
+                        by_level = [[Pl[(d, B, D)]["throughput_tok_s"] for D in [0] + Ds] for Pl in P_levels]
+                        best_p = least_regret(by_level, [pick_num_draft_tokens(t, **gain) for t in by_level])
                     sp_m = {D: meas[D] / base for D in meas}
                     sp_p = {D: P[(d, B, D)]["speedup"] for D in meas}
                     # the same with every step at its shape's median over the pass: the machine's drift
@@ -429,6 +444,11 @@ def main() -> None:
     cells, adaptive_rows = score(str(prof))
     variants = {}
     base_hw = json.loads(prof.read_text())
+    levels = find_levels(base_hw.get("step_times") or [])
+    if levels:      # what the profile's median alone would have picked
+        one = {**base_hw, "step_times": [{k: v for k, v in m.items() if not k.startswith("pass_")}
+                                         for m in base_hw["step_times"]]}
+        variants["median_only"] = {"price_levels": levels, **headline(score(one)[0])}
     slices = ([json.loads(x) for x in slices_path.read_text(encoding="utf-8").splitlines() if x.strip()]
               if slices_path.exists() else [])
     if slices:
@@ -534,7 +554,9 @@ def render_markdown(s: dict, batch_sizes: list[int]) -> str:
               "seconds (median of passes; the best fixed D by that measure in brackets).", ""]
     v = s.get("step_prices_from")
     if v:
-        names = {"spread": f"the profile spread over the sweep (profile_spread.json: each point's median with "
+        names = {"median_only": "the profile's median alone, its two prices of width not told apart (each "
+                                "point over every pass; planner.levels)",
+                 "spread": f"the profile spread over the sweep (profile_spread.json: each point's median with "
                            f"{v.get('spread', {}).get('slices', 0)} slices, one before each group)",
                  "in_sweep": "each drafter's own steps in the sweep (profile_in_sweep-*.json; a diagnostic, "
                              "not a prediction)"}

@@ -92,6 +92,8 @@ def test_profile_small(capsys, tmp_path):
     assert [m for m, _ in p["gemm_curve"]] == [1, 8]
     assert {(s["B"], s["D"], s["L"]) for s in p["step_times"]} == {(1, 0, 16), (1, 3, 16), (2, 0, 16), (2, 3, 16)}
     assert p["sps_curves"] and p["target_config"]["hidden_size"] == 64
+    # each pass's own times, six passes by default, for telling two prices of width apart
+    assert all(len(s["pass_seconds"]) == 6 for s in p["step_times"]) and isinstance(p["price_levels"], list)
     assert {(s["B"], s["L"]) for s in p["draft_step_times"]} == {(1, 16), (2, 16)}
     assert p["draft_config"]["num_hidden_layers"] == 1 and all(s["seconds"] > 0 for s in p["draft_step_times"])
     # reused by plan, calibrated on its own target

@@ -60,12 +60,14 @@ def add_cli(sub) -> None:
     q.add_argument("--hidden", type=int, help="GEMM width without a target (default 1024)")
     q.add_argument("--rows", default="1,2,4,8,16,32,64,128,256,512")
     q.add_argument("--batch-sizes", default="1,4")
-    q.add_argument("--draft-tokens", default="0,1,3,7")
+    q.add_argument("--draft-tokens", default="0,1,2,3,4,5,6,7,8",
+                   help="every D the plan may pick: a CPU's step time is not smooth in its width")
     q.add_argument("--context-lengths", default="128,512")
     q.add_argument("--repeats", type=int, default=3,
                    help="rounds per (B, L) and pass, each timing every D once in a random order")
-    q.add_argument("--passes", type=int, default=3,
-                   help="passes over the target's step grid; a point is the median of its passes × repeats timings")
+    q.add_argument("--passes", type=int, default=6,
+                   help="passes over the target's step grid; a point is the median of its passes × repeats timings; "
+                        "with 4 or more, passes that met two prices of width are told apart (planner.levels)")
     q.add_argument("--name", help="name for this machine in the profile")
     q.add_argument("--threads", type=int, help="torch threads (default: torch's choice; 1 is steadier on a busy machine)")
     q.set_defaults(func=_profile_cmd)
@@ -122,6 +124,11 @@ def format_plan(res: dict) -> str:
     cal = res["calibration"]
     if cal["points"]:
         lines.append(f"calibrated on {cal['points']} measured steps (mean error {cal['mean_abs_rel_error']:.1%})")
+    if res.get("price_levels"):
+        from .levels import describe_levels
+        lines.append("the profile met two prices of width; D loses least at either, [cheap/dear] is each "
+                     "level's own best:")
+        lines += [f"  {line}" for line in describe_levels(res["price_levels"])]
     for L in res["context_lengths"]:
         lines.append("")
         by_ctx = (res.get("acceptance_by_context") or {}).get(str(L))
@@ -131,8 +138,12 @@ def format_plan(res: dict) -> str:
         for c in res["schedule"]:
             if c["context_length"] != L:
                 continue
-            why = next((r["text"] for r in c["reasons"] if r["rule"] == "4-marginal"), "")
+            why = next((r["text"] for rule in ("price-levels", "4-marginal") for r in c["reasons"]
+                        if r["rule"] == rule), "")
             mem = "" if c["fits_in_memory"] else " [does not fit]"
+            if c.get("price_levels"):
+                own = "/".join(str(v["num_draft_tokens"]) for v in c["price_levels"].values())
+                why = f"[{own}] {why}"
             lines.append(f"{c['batch_size']:>5} {c['drafter']:>10} {c['num_draft_tokens']:>3} "
                          f"{c['expected_tokens_per_step']:>6.2f} {c['speedup']:>7.2f}× {c['throughput_tok_s']:>10.0f} "
                          f"{c['ms_per_token']:>8.2f}  {why}{mem}")

@@ -69,6 +69,11 @@ class CostModel:
             self._grid = self._measured_grid()
             self._plain = self._plain_ratios()
 
+    @property
+    def calibrated_by_profile(self) -> bool:
+        """Whether target steps are priced from a profile of this very target's step grid."""
+        return self._grid is not None
+
     # ------------------------------------------------------------------ primitives
     def gemm_time(self, params: float, rows: float, wbytes: float) -> float:
         if params <= 0 or rows <= 0:

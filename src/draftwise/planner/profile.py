@@ -11,7 +11,8 @@
   engine's own runner, right after a target forward as in decoding (small models are dominated
   by per-forward costs no FLOP count predicts, and by whether their weights are still cached),
   how much dearer the target's next verification is after those drafts (`target_factor`), and
-  what a second token in the draft's first forward of a step adds (`catch_up_seconds`).
+  what a second token in the draft's first forward of a step adds (`catch_up_seconds`);
+- a warning where the passes over the step grid met two prices of width (`planner.levels`).
 Saved as JSON (a `Hardware` with `source: "measured"`) and reused with `--hardware profile.json`;
 `sps_curves` in the file give steps/s against verified tokens for the run-time scheduler.
 """
@@ -28,6 +29,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from .hardware import Hardware
+from .levels import describe_levels, find_levels
 
 DEFAULT_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -293,9 +295,9 @@ def sps_curves(step_times: list[dict]) -> list[dict]:
 
 def profile(target: Optional[str] = None, *, hidden: Optional[int] = None, device: Optional[str] = None,
             dtype: Optional[str] = None, rows: Sequence[int] = DEFAULT_ROWS, batch_sizes: Sequence[int] = (1, 4),
-            draft_tokens: Sequence[int] = (0, 1, 3, 7), context_lengths: Sequence[int] = (128, 512),
+            draft_tokens: Sequence[int] = tuple(range(9)), context_lengths: Sequence[int] = (128, 512),
             repeats: int = 3, name: Optional[str] = None, draft_model: Optional[str] = None,
-            passes: int = 3, log=print) -> Hardware:
+            passes: int = 6, log=print) -> Hardware:
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype_name = dtype or ("bfloat16" if device.startswith("cuda") else "float32")
     tdtype = getattr(torch, dtype_name)
@@ -329,6 +331,13 @@ def profile(target: Optional[str] = None, *, hidden: Optional[int] = None, devic
                                       repeats=repeats, passes=passes, log=log)
         hw.target = str(target)
         hw.target_config = {k: v for k, v in cfg.items() if _jsonable(v)}
+        levels = find_levels(hw.step_times)
+        if levels:
+            log("warning: this host priced width at two levels in different passes (on average over D):")
+            for line in describe_levels(levels):
+                log(f"  {line}")
+            log("  the best D depends on which level a run meets; `draftwise plan` prices both and picks the D "
+                "that loses least at either (its reasons say what each level alone would pick)")
     if draft_model is not None:
         dmodel, dcfg = _load_target(draft_model, tdtype, device)
         log(f"draft-model token times ({draft_model}):")
@@ -350,4 +359,5 @@ def save_profile(hw: Hardware, path: str | Path) -> None:
     d = hw.to_dict()
     if hw.step_times:
         d["sps_curves"] = sps_curves(hw.step_times)
+        d["price_levels"] = find_levels(hw.step_times)
     Path(path).write_text(json.dumps(d, indent=1))

@@ -158,3 +158,19 @@ def rule_memory(needed: float, available: float) -> Optional[dict]:
     return {"rule": "memory", "text": (
         f"does not fit: weights + KV need {needed / 1e9:.1f} GB of {available / 1e9:.0f} GB "
         f"(use more devices, --num-devices, or a smaller batch/context)")}
+
+
+def rule_price_levels(D: int, by_level: dict) -> Optional[dict]:
+    """`by_level`: {level: (its own D, its speedups per D)} from a profile that met two prices of
+    width (`planner.levels`); a reason only where the levels disagree."""
+    picks = {lv: d for lv, (d, _) in by_level.items()}
+    if len(set(picks.values())) == 1:
+        return None
+    loss = {lv: 1 - s[D] / s[d] for lv, (d, s) in by_level.items()}
+    own = " and ".join(f"{d} at the {lv} {'price' if i == 0 else 'one'}" for i, (lv, d) in enumerate(picks.items()))
+    worst = " and ".join(f"{d} would lose {1 - by_level[o][1][d] / by_level[o][1][picks[o]]:.1%} at the {o} one"
+                         for lv, d in picks.items() for o in picks if o != lv and d != D)
+    return {"rule": "price-levels", "text": (
+        f"the profile met two prices of width (its passes fall into a cheap and a dear group; see price_levels): "
+        f"the best D is {own}; D = {D} loses at most {max(loss.values()):.1%} at either"
+        + (f", where {worst}" if worst else ""))}

@@ -12,6 +12,9 @@ Two modes:
   additionally picks the operating point: the largest batch that still meets it. A D is only
   chosen over plain decoding when it is predicted to gain at least `min_gain` (default 2 %): a
   smaller predicted gain is inside the cost model's error, and plain decoding risks nothing.
+  Where the profile's passes met two prices of width (`planner.levels`), each (drafter, D) is
+  priced at both and the D that loses least at either is chosen; the cell says what each level
+  alone would have picked.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from . import rules
 from .acceptance import Acceptance, leviathan_expected_tokens, load_acceptance, run_contexts
 from .cost import CostModel
 from .hardware import get_hardware
+from .levels import find_levels, least_regret, level_hardware
 from .model import DRAFTER_KINDS, DrafterDesc, describe, drafter_desc
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -265,11 +269,14 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
         else:
             ddesc[n] = drafter_desc(kind, model)
 
+    # a profile that met two prices of width: plan for both (`planner.levels`)
+    price_levels = find_levels(cm.hw.step_times) if cm.calibrated_by_profile else []
+    levels = {lv: CostModel(model, h) for lv, h in level_hardware(cm.hw).items()} if price_levels else None
     cells = []
     for L in Ls:
         for B in Bs:
             cells.append(_plan_cell(cm, B, L, by_L[L], ddesc, cost_ratio, max_draft, latency_target_ms, check_memory,
-                                    min_gain))
+                                    min_gain, levels))
             if L in where:
                 ds, ctx = where[L]
                 cells[-1]["acceptance_dataset"] = ds
@@ -280,12 +287,13 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
     break_even = {}
     for L in Ls:
         break_even[str(L)] = _break_even(cm, [c for c in cells if c["context_length"] == L], by_L[L], ddesc,
-                                         cost_ratio, max_draft, min_gain)
+                                         cost_ratio, max_draft, min_gain, levels)
     out = {
         "mode": "schedule",
         "target": model.summary(),
         "hardware": {k: v for k, v in cm.hw.to_dict().items() if k not in ("step_times", "target_config")},
         "calibration": cm.calibration.to_dict(),
+        **({"price_levels": price_levels} if price_levels else {}),
         "drafters": {n: {"acceptance": a.to_dict(),
                          "desc": ddesc[n].summary() if ddesc[n] else {"kind": "cost_ratio", "cost_ratio": cost_ratio}}
                      for n, a in first.items()},
@@ -371,24 +379,43 @@ def _drafter_time(cm: CostModel, d: Optional[DrafterDesc], cost_ratio, B: int, D
     return cm.drafter_time(d, B, D, L, all_accepted=acceptance.survival(D) if acceptance is not None and D > 0 else 0.0)
 
 
-def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain):
-    """{drafter: (best D, list of (E, T_total, T_draft) per D)}"""
-    T_target = [cm.target_time(B, D, L) for D in range(max_draft + 1)]
+def _rows(cm, B, L, a, d, cost_ratio, max_draft) -> list[tuple[float, float, float]]:
+    """(E, T_total, T_draft) per D = 0 … max_draft for one drafter."""
+    rows = []
+    for D in range(max_draft + 1):
+        aD = a.at(D)                 # the steps D takes (`Acceptance.by_draft_length`)
+        share = aD.verify_share(B)   # steps where no row has a proposal cost one token a row
+        td = _drafter_time(cm, d, cost_ratio, B, D, L, aD)
+        tt = share * cm.target_time(B, D, L) + (1 - share) * cm.target_time(B, 0, L) if D else cm.plain_time(B, L)
+        rows.append((aD.expected_tokens(D), tt + td, td))
+    return rows
+
+
+def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain, levels=None, info=None):
+    """{drafter: (best D, list of (E, T_total, T_draft) per D)}. With `levels` ({name: CostModel}
+    of a profile that met two prices of width, `planner.levels`), the D that loses least at either
+    level; `info`, if given, gets {drafter: {level: (its own D, its speedups per D)}}."""
     res = {}
     for n, a in acc.items():
-        rows = []
-        for D in range(max_draft + 1):
-            aD = a.at(D)             # the steps D takes (`Acceptance.by_draft_length`)
-            share = aD.verify_share(B)   # steps where no row has a proposal cost one token a row
-            td = _drafter_time(cm, ddesc[n], cost_ratio, B, D, L, aD)
-            tt = share * T_target[D] + (1 - share) * T_target[0] if D else cm.plain_time(B, L)
-            rows.append((aD.expected_tokens(D), tt + td, td))
-        res[n] = (pick_num_draft_tokens([E / T for E, T, _ in rows], min_gain), rows)
+        rows = _rows(cm, B, L, a, ddesc[n], cost_ratio, max_draft)
+        D = pick_num_draft_tokens([E / T for E, T, _ in rows], min_gain)
+        if levels:
+            sps = {}
+            for lv, lcm in levels.items():
+                lrows = _rows(lcm, B, L, a, ddesc[n], cost_ratio, max_draft)
+                sps[lv] = [E / T * lcm.plain_time(B, L) for E, T, _ in lrows]
+            picks = {lv: pick_num_draft_tokens(s, min_gain) for lv, s in sps.items()}
+            D = least_regret(list(sps.values()), list(picks.values()))
+            if info is not None:
+                info[n] = {lv: (picks[lv], sps[lv]) for lv in sps}
+        res[n] = (D, rows)
     return res
 
 
-def _plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, check_memory, min_gain) -> dict:
-    res = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain)
+def _plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, check_memory, min_gain,
+               levels=None) -> dict:
+    info: dict = {}
+    res = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain, levels, info)
     T0 = cm.plain_time(B, L)        # plain decoding, the baseline
     per = {}
     for n, (D, rows) in res.items():
@@ -423,6 +450,9 @@ def _plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, c
     r5 = rules.rule_drafter(best_name, per) if D > 0 else None
     if r5:
         reasons.append(r5)
+    r6 = rules.rule_price_levels(D, info[best_name]) if best_name in info else None
+    if r6:
+        reasons.append(r6)
     a = acc[best_name]
     if a.constant_alpha is None and D > len(a.conditional):
         reasons.append({"rule": "acceptance", "text": (
@@ -449,19 +479,22 @@ def _plan_cell(cm, B, L, acc, ddesc, cost_ratio, max_draft, latency_target_ms, c
         "per_drafter": per,
         "reasons": reasons,
     }
+    if best_name in info:
+        cell["price_levels"] = {lv: {"num_draft_tokens": d, "speedup": s[d], "speedup_at_planned_D": s[D]}
+                                for lv, (d, s) in info[best_name].items()}
     if latency_target_ms is not None:
         cell["meets_latency_target"] = cell["ms_per_token"] <= latency_target_ms
         cell["baseline_meets_latency_target"] = T0 * 1e3 <= latency_target_ms
     return cell
 
 
-def _best_D(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain) -> int:
-    res = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain)
+def _best_D(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain, levels=None) -> int:
+    res = _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain, levels)
     best = max(res.values(), key=lambda v: (v[1][v[0]][0] / v[1][v[0]][1], -v[0]))
     return best[0]
 
 
-def _break_even(cm, cells, acc, ddesc, cost_ratio, max_draft, min_gain) -> Optional[int]:
+def _break_even(cm, cells, acc, ddesc, cost_ratio, max_draft, min_gain, levels=None) -> Optional[int]:
     """Smallest batch size where the best D is 0: the first grid batch with D = 0, refined by
     bisection between it and the grid batch before it."""
     cells = sorted(cells, key=lambda c: c["batch_size"])
@@ -473,7 +506,7 @@ def _break_even(cm, cells, acc, ddesc, cost_ratio, max_draft, min_gain) -> Optio
             L = c["context_length"]
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if _best_D(cm, mid, L, acc, ddesc, cost_ratio, max_draft, min_gain) == 0:
+                if _best_D(cm, mid, L, acc, ddesc, cost_ratio, max_draft, min_gain, levels) == 0:
                     hi = mid
                 else:
                     lo = mid
