@@ -333,7 +333,7 @@ def profile(target: Optional[str] = None, *, hidden: Optional[int] = None, devic
         hw.target_config = {k: v for k, v in cfg.items() if _jsonable(v)}
         levels = find_levels(hw.step_times)
         if levels:
-            log("warning: this host priced width at two levels in different passes (on average over D):")
+            log("warning: this host priced width at two levels in different passes:")
             for line in describe_levels(levels):
                 log(f"  {line}")
             log("  the best D depends on which level a run meets; `draftwise plan` prices both and picks the D "
