@@ -127,7 +127,7 @@ def format_plan(res: dict) -> str:
     if res.get("price_levels"):
         from .levels import describe_levels
         lines.append("the profile met two prices of width; D loses least at either, [cheap/dear] is each "
-                     "level's own best:")
+                     "level's own best where they differ:")
         lines += [f"  {line}" for line in describe_levels(res["price_levels"])]
     for L in res["context_lengths"]:
         lines.append("")
@@ -141,9 +141,9 @@ def format_plan(res: dict) -> str:
             why = next((r["text"] for rule in ("price-levels", "4-marginal") for r in c["reasons"]
                         if r["rule"] == rule), "")
             mem = "" if c["fits_in_memory"] else " [does not fit]"
-            if c.get("price_levels"):
-                own = "/".join(str(v["num_draft_tokens"]) for v in c["price_levels"].values())
-                why = f"[{own}] {why}"
+            own = [v["num_draft_tokens"] for v in (c.get("price_levels") or {}).values()]
+            if len(set(own)) > 1:
+                why = f"[{'/'.join(map(str, own))}] {why}"
             lines.append(f"{c['batch_size']:>5} {c['drafter']:>10} {c['num_draft_tokens']:>3} "
                          f"{c['expected_tokens_per_step']:>6.2f} {c['speedup']:>7.2f}× {c['throughput_tok_s']:>10.0f} "
                          f"{c['ms_per_token']:>8.2f}  {why}{mem}")
