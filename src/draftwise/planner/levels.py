@@ -127,9 +127,11 @@ def at_level(step_times: Sequence[dict], levels: Sequence[dict], level: str) -> 
     return out
 
 
-def level_hardware(hw: Hardware, gap: float = GAP) -> dict[str, Hardware]:
-    """{"cheap": …, "dear": …}: the profile at each level, or {} where no (B, L) has two."""
-    levels = find_levels(hw.step_times, gap) if hw.step_times else []
+def level_hardware(hw: Hardware, levels: Optional[Sequence[dict]] = None) -> dict[str, Hardware]:
+    """{"cheap": …, "dear": …}: the profile at each level, or {} where no (B, L) has two;
+    `levels`, if given, as `find_levels` found them on `hw.step_times`."""
+    if levels is None:
+        levels = find_levels(hw.step_times) if hw.step_times else []
     if not levels:
         return {}
     return {lv: replace(hw, step_times=at_level(hw.step_times, levels, lv),

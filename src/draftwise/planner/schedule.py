@@ -271,7 +271,7 @@ def plan(target: Any = None, hardware: Any = None, *, alpha: Optional[float] = N
 
     # a profile that met two prices of width: plan for both (`planner.levels`)
     price_levels = find_levels(cm.hw.step_times) if cm.calibrated_by_profile else []
-    levels = {lv: CostModel(model, h) for lv, h in level_hardware(cm.hw).items()} if price_levels else None
+    levels = {lv: CostModel(model, h) for lv, h in level_hardware(cm.hw, price_levels).items()} or None
     cells = []
     for L in Ls:
         for B in Bs:
@@ -398,8 +398,9 @@ def _best_for(cm, B, L, acc, ddesc, cost_ratio, max_draft, min_gain, levels=None
     res = {}
     for n, a in acc.items():
         rows = _rows(cm, B, L, a, ddesc[n], cost_ratio, max_draft)
-        D = pick_num_draft_tokens([E / T for E, T, _ in rows], min_gain)
-        if levels:
+        if not levels:
+            D = pick_num_draft_tokens([E / T for E, T, _ in rows], min_gain)
+        else:
             sps = {}
             for lv, lcm in levels.items():
                 lrows = _rows(lcm, B, L, a, ddesc[n], cost_ratio, max_draft)
