@@ -138,6 +138,11 @@ def step_samples(records: list[dict]) -> dict[tuple[int, int], list[float]]:
     return out
 
 
+def one_price(point: dict) -> dict:
+    """A profile point without its per-pass times: one price, which `planner.levels` cannot split."""
+    return {k: v for k, v in point.items() if not k.startswith("pass_")}
+
+
 def in_sweep_prices(profile: dict, samples: dict, ctx: dict[str, int], drafter: str, min_samples: int = 5):
     """The profile with each (B, D, L) step time that `drafter`'s runs in the sweep took often enough
     replaced by their median (D = 0: its steps without a proposal; plain decoding's own steps for
@@ -149,7 +154,7 @@ def in_sweep_prices(profile: dict, samples: dict, ctx: dict[str, int], drafter: 
     for m in profile["step_times"]:
         B, D, L = int(m["B"]), int(m["D"]), int(m["L"])
         ds = by_L.get(L)
-        new = {k: v for k, v in m.items() if not k.startswith("pass_")}     # one price, the sweep's
+        new = one_price(m)      # the sweep's
         for field, who, width in (("seconds", drafter, D + 1), ("plain_run_seconds", BASELINE, 1)):
             ts = samples.get((ds, who, B, width), [])
             if field in m and len(ts) >= min_samples:
@@ -180,7 +185,7 @@ def spread_profile(profile: dict, slices: list[dict]) -> dict:
             for field in ("seconds", "plain_run_seconds"):
                 if field in m:
                     vals[(ident(m), field)].append(float(m[field]))
-        return [{**{k: v for k, v in m.items() if not k.startswith("pass_")},     # one price, the hour's
+        return [{**one_price(m),     # the hour's
                  **{f: statistics.median(vals[(ident(m), f)]) for f in ("seconds", "plain_run_seconds") if f in m}}
                 for m in profile.get(key) or []]
     steps = merged("step_times", lambda m: (int(m["B"]), int(m["D"]), int(m["L"])))
@@ -446,8 +451,7 @@ def main() -> None:
     base_hw = json.loads(prof.read_text())
     levels = find_levels(base_hw.get("step_times") or [])
     if levels:      # what the profile's median alone would have picked
-        one = {**base_hw, "step_times": [{k: v for k, v in m.items() if not k.startswith("pass_")}
-                                         for m in base_hw["step_times"]]}
+        one = {**base_hw, "step_times": [one_price(m) for m in base_hw["step_times"]]}
         variants["median_only"] = {"price_levels": levels, **headline(score(one)[0])}
     slices = ([json.loads(x) for x in slices_path.read_text(encoding="utf-8").splitlines() if x.strip()]
               if slices_path.exists() else [])
