@@ -504,9 +504,11 @@ def test_probes_spend_at_most_the_exploration_budget():
 def test_plain_steps_decided_ahead_decide_as_one_by_one():
     """Where plain decoding is the choice and the engine skips the drafter, `draft_cap` decides the
     plain steps up to the next step-time refresh or probe check at once (`_coast`), and `observe`
-    only sums their seconds. The caps, probes included, and the step times learned are those of
-    deciding every step — here with plain steps that slow down by half midway (a drifting machine)."""
-    def run(coast: bool):
+    only sums their seconds; or the engine takes them without calling either (`plain_ahead`) and
+    hands their seconds back at once (`coasted`). The caps, probes included, and the step times
+    learned are those of deciding every step — here with plain steps that slow down by half midway
+    (a drifting machine)."""
+    def run(coast: bool, engine: bool = False):
         sched = AdaptiveDraftLength(lambda N: 1.0 / (0.010 + 0.002 * (N - 2)), alpha=0.7)
         sched.clock = lambda: 0.0      # `observe`'s own time (part of a drafting step's price): none, so both decide alike
         sched = _priced(sched, 0.001)
@@ -515,11 +517,21 @@ def test_plain_steps_decided_ahead_decide_as_one_by_one():
             sched.COAST = 0
         decide, decided = sched._decide_cap, []
         sched._decide_cap = lambda *a: decided.append(1) or decide(*a)
-        caps, zero = [], [0, 0]
+        caps, zero, ahead, taken = [], [0, 0], 0, []
         for i in range(3000):
+            plain = 0.010 if i < 1500 else 0.015
+            if ahead:       # as the engine takes the plain steps decided ahead
+                ahead -= 1
+                caps.append(0)
+                taken.append(plain)
+                continue
+            if taken:
+                sched.coasted(taken)
+                taken = []
             cap = sched.draft_cap(2, 8, remaining=[5000 - i, 5000 - i])
             caps.append(cap)
-            plain = 0.010 if i < 1500 else 0.015
+            if engine and not cap:
+                ahead = sched.plain_ahead(2)
             if cap:
                 sched(Proposal(tokens=torch.zeros(2, cap, dtype=torch.long), num_tokens=torch.full((2,), cap),
                                confidence=torch.full((2, cap), 0.5)))
@@ -527,15 +539,18 @@ def test_plain_steps_decided_ahead_decide_as_one_by_one():
                               target_seconds=plain + 0.002 * cap)
             else:       # the engine skipped the drafter: nothing drafted, nothing offered
                 sched.observe(zero, zero, target_seconds=plain)
+        sched.coasted(taken)
         sched._fold_coast()
         return sched, caps, len(decided)
-    (fast, a, n_fast), (slow, b, n_slow) = run(True), run(False)
-    assert n_slow == 3000 and n_fast < 300, n_fast     # it did decide ahead
-    assert a == b and 2 <= sum(1 for c in a if c) <= 20, [i for i, c in enumerate(a) if c]
-    assert fast._tt_seen == slow._tt_seen and fast._elapsed == pytest.approx(slow._elapsed)
-    # a coast's seconds are aged as one by one, the machine's slowing mid-coast included
-    assert fast._width_times(2, 8) == pytest.approx(slow._width_times(2, 8), rel=1e-9)
-    assert fast._tt[(2, 0)][:2] == pytest.approx(slow._tt[(2, 0)][:2], rel=1e-6)
+    (slow, b, n_slow) = run(False)
+    assert n_slow == 3000
+    for fast, a, n_fast in (run(True), run(True, engine=True)):
+        assert n_fast < 300, n_fast     # it did decide ahead
+        assert a == b and 2 <= sum(1 for c in a if c) <= 20, [i for i, c in enumerate(a) if c]
+        assert fast._tt_seen == slow._tt_seen and fast._elapsed == pytest.approx(slow._elapsed)
+        # a coast's seconds are aged as one by one, the machine's slowing mid-coast included
+        assert fast._width_times(2, 8) == pytest.approx(slow._width_times(2, 8), rel=1e-9)
+        assert fast._tt[(2, 0)][:2] == pytest.approx(slow._tt[(2, 0)][:2], rel=1e-6)
 
 
 def test_a_probe_that_moves_the_choice_restores_the_probe_budget():
@@ -1365,6 +1380,34 @@ def test_engine_adaptive_keeps_one_scheduler_across_calls(monkeypatch):
     (scheduler,) = tgt._schedulers[drafter].values()
     scheduler._fold_coast()                 # plain steps decided ahead are summed until the next decision
     assert scheduler._tt_seen == steps      # it timed every step of the four calls
+
+
+def test_engine_takes_plain_steps_decided_ahead_without_asking():
+    """Where the scheduler decodes plain, the engine takes the steps it decided ahead without
+    calling `draft_cap` or `observe` each step (`plain_ahead`, `coasted`): the output is plain
+    decoding's, and the scheduler still counts every step's time."""
+    import draftwise
+    from tiny_models import build
+
+    tgt = draftwise.load_target(build("llama", seed=0))
+    drafter = draftwise.build_drafter("ngram", tgt)
+    # a verified draft costs ten plain steps: drafting never pays
+    sched = AdaptiveDraftLength(lambda N: 100.0 if N <= 1 else 10.0 / N, alpha=0.5)
+    calls = {"draft_cap": 0, "observe": 0}
+    for name in calls:
+        real = getattr(sched, name)
+        setattr(sched, name, lambda *a, _r=real, _n=name, **k: calls.__setitem__(_n, calls[_n] + 1) or _r(*a, **k))
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2, 3]]
+    ref = draftwise.generate(tgt, prompts, max_new_tokens=200, ignore_eos=True)
+    out = draftwise.generate(tgt, prompts, drafter=drafter, num_draft_tokens=4, max_new_tokens=200, ignore_eos=True,
+                             adaptive=sched)
+    assert [o.token_ids for o in out] == [o.token_ids for o in ref]
+    steps = len(out.stats.steps)
+    assert steps == 200 and sum(1 for s in out.stats.steps if max(s.drafted)) <= 3
+    assert calls["draft_cap"] < steps / 4 and calls["observe"] == calls["draft_cap"], (calls, steps)
+    sched._fold_coast()
+    assert sched._tt_seen == steps
+    assert sched._elapsed == pytest.approx(sum(s.t_target + s.t_other for s in out.stats.steps), rel=0.2)
 
 
 def test_cli_generate_adaptive_from_a_datasheet(tmp_path, capsys):

@@ -110,18 +110,32 @@ def decode(
     if drafter is not None:
         drafter.start(ctx)
 
+    # plain steps the learner decided ahead (`plain_ahead`), at `ahead_rows` rows: taken without
+    # asking it each step, their times handed back (`coasted`) before it next decides
+    ahead, ahead_rows, coast_times = 0, 0, []
     while active:
         t0 = time.perf_counter()
         n = len(active)
         # plain Python until a drafter runs: a step that drafts nothing (plain decoding, or adaptive
         # D choosing none) then costs no more than plain decoding's own bookkeeping
-        remaining = [stopper.max_new - len(reqs[i].out) - 1 for i in active]
         drafting = drafter is not None and num_draft_tokens > 0
+        coasting = drafting and ahead > 0 and n == ahead_rows
+        if coasting:
+            ahead -= 1
+            drafting = False
         cap = num_draft_tokens
+        if drafting:
+            remaining = [stopper.max_new - len(reqs[i].out) - 1 for i in active]
         if drafting and learner is not None:   # how many to draft at all, from past steps only
+            if coast_times:
+                learner.coasted(coast_times)
+                coast_times = []
+            ahead = 0
             cap = min(cap, learner.draft_cap(n, num_draft_tokens, remaining=remaining,
                                              catch_up=stats.t_prefill if fresh else 0.0,
                                              rows=[row_ids[i] for i in active]))
+            if cap <= 0 and skippable and hasattr(learner, "plain_ahead"):
+                ahead, ahead_rows = learner.plain_ahead(n), n
         if drafting and skippable and (cap <= 0 or max(remaining) <= 0):
             drafting = False                   # nothing to draft: leave the drafter to catch up later
         if drafting:
@@ -176,7 +190,9 @@ def decode(
         stats.steps.append(StepRecord(
             emitted=emitted, drafted=k_l, rows=list(active),
             t_target=(t2 - t1) + (t4 - t3), t_drafter=t_drafter, t_other=0.0, t_end=stamp))
-        if learner is not None and drafter is not None and num_draft_tokens > 0:
+        if coasting:
+            coast_times.append(time.perf_counter() - t0 - t_drafter)
+        elif learner is not None and drafter is not None and num_draft_tokens > 0:
             # the step's price is everything but drafting: the target forward, the acceptance test
             # and this loop's bookkeeping, which every width pays (forward alone made a 9-token
             # verification look 2.0 plain steps at batch 1 where the whole step cost 1.7)
@@ -188,6 +204,8 @@ def decode(
         stats.steps[-1].t_other = (time.perf_counter() - t0) - stats.steps[-1].t_target - stats.steps[-1].t_drafter
 
     stats.t_total = now()
+    if coast_times:
+        learner.coasted(coast_times)
     if drafter is not None:
         drafter.finish([r.prompt + r.out for r in reqs], [len(r.prompt) for r in reqs])
     result = GenerationResult(
