@@ -1410,6 +1410,53 @@ def test_engine_takes_plain_steps_decided_ahead_without_asking():
     assert sched._elapsed == pytest.approx(sum(s.t_target + s.t_other for s in out.stats.steps), rel=0.2)
 
 
+def test_engine_starts_a_catching_up_drafter_at_its_first_proposal():
+    """Where a scheduler may decode a batch plain, a drafter that catches up on what it has not
+    seen (prompt lookup) starts at its first proposal, not after the prefill: indexing 4 prompts
+    of 1k tokens took 1.5 ms a batch, paid even where adaptive D never drafted. A batch decoded
+    plain never starts it; one that drafts later starts it once, then, on everything committed."""
+    import draftwise
+    from draftwise.drafters.ngram import NgramDrafter
+    from tiny_models import build
+
+    class Counting(NgramDrafter):
+        def start(self, ctx):
+            self.starts.append([len(s) for s in ctx.sequences])
+            super().start(ctx)
+
+    class Later:
+        """Plain for the first `after` steps, then every draft verified."""
+        def __init__(self, after):
+            self.after, self.calls = after, 0
+
+        def draft_cap(self, n, D, **kw):
+            self.calls += 1
+            return 0 if self.calls <= self.after else D
+
+        def observe(self, *a, **k):
+            pass
+
+        def __call__(self, prop):
+            return prop.num_tokens
+
+    tgt = draftwise.load_target(build("llama", seed=0))
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2, 3], [4, 5, 6, 4, 5, 6, 4, 5]]
+    ref = [o.token_ids for o in draftwise.generate(tgt, prompts, max_new_tokens=24, ignore_eos=True)]
+    for after, starts in ((1000, []), (5, [[9 + 5, 8 + 5]])):
+        drafter = Counting(max_n=3)
+        drafter.starts = []
+        out = draftwise.generate(tgt, prompts, drafter=drafter, num_draft_tokens=3, max_new_tokens=24,
+                                 ignore_eos=True, adaptive=Later(after))
+        assert [o.token_ids for o in out] == ref
+        assert drafter.starts == starts
+        assert (sum(1 for s in out.stats.steps if max(s.drafted)) > 0) == bool(starts)
+    # without a scheduler a fixed D starts it right after the prefill
+    drafter = Counting(max_n=3)
+    drafter.starts = []
+    out = draftwise.generate(tgt, prompts, drafter=drafter, num_draft_tokens=3, max_new_tokens=24, ignore_eos=True)
+    assert [o.token_ids for o in out] == ref and drafter.starts == [[9, 8]]
+
+
 def test_cli_generate_adaptive_from_a_datasheet(tmp_path, capsys):
     import torch
 

@@ -54,7 +54,9 @@ class Drafter:
     from_prefix: bool = False
 
     def start(self, ctx: DraftContext) -> None:
-        """A new batch begins (the target has just processed the prompts)."""
+        """A new batch begins: after the prefill, or, for a drafter that `catches_up` under a
+        run-time scheduler (which may decode the whole batch plain), just before its first
+        proposal, with `ctx.sequences` holding every token committed so far."""
 
     def propose(self, ctx: DraftContext, max_tokens: torch.Tensor) -> Proposal:
         """Up to max_tokens[r] drafted tokens for each row."""

@@ -363,7 +363,8 @@ class AdaptiveDraftLength:
       while the choice is plain decoding, such probes keep the period `probe_every` and the
       whole budget);
     - plain steps decided ahead: while the choice is plain decoding, the steps until the next
-      refresh of the step times or probe check are decided at once (`_coast`).
+      refresh of the step times or probe check are decided at once (`_coast`), and draftwise's
+      engine takes them without calling the scheduler (`plain_ahead`, `coasted`).
     """
 
     MAX_POS, BINS = 16, 10
