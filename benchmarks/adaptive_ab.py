@@ -11,7 +11,8 @@ resumes after the last whole unit (the adaptive scheduler then starts learning a
 Two throughputs per configuration, decode tokens over:
 - wall: the decode seconds measured (prefill left out);
 - step-priced: every step priced at the median target seconds of its shape (rows, verified width)
-  over all configurations and units of the run, plus its own drafter and other seconds. This
+  over all configurations and units of the run, plus its own drafter and other seconds, plus the
+  unit's seconds outside its steps as measured (a drafter's start on the batch). This
   machine's speed drifts by ±10 % from one second to the next; pricing a shape once for all
   configurations takes that drift out of the comparison and leaves what a configuration decides:
   which steps it takes and what its drafting and scheduling cost.
@@ -165,6 +166,12 @@ def shape_prices(units: list[dict]) -> dict[tuple[int, int], float]:
     return {k: statistics.median(v) for k, v in by_shape.items()}
 
 
+def outside(config: dict) -> float:
+    """A unit's decode seconds outside its steps (a drafter's start on the batch, say): no step's
+    shape prices them, so the step-priced throughput counts them as measured."""
+    return max(config["seconds"] - sum(tt + td + to for _, _, tt, td, to in config["steps"]), 0.0)
+
+
 def summarise(units: list[dict], label: str, skip_rounds: int = 0) -> dict:
     """Ratios with their intervals; `skip_rounds` leaves out the first rounds (adaptive D's one-off
     learning: pricing the drafter, its first probes), as a long-running server would amortise them."""
@@ -173,8 +180,8 @@ def summarise(units: list[dict], label: str, skip_rounds: int = 0) -> dict:
     price = shape_prices(units)
     tok = np.array([[u["configs"][n]["tokens"] for n in names] for u in units], float)
     wall = np.array([[u["configs"][n]["seconds"] for n in names] for u in units])
-    priced = np.array([[sum(price[(r, w)] + td + to for r, w, _, td, to in u["configs"][n]["steps"]) for n in names]
-                       for u in units])
+    priced = np.array([[sum(price[(r, w)] + td + to for r, w, _, td, to in u["configs"][n]["steps"]) + outside(u["configs"][n])
+                        for n in names] for u in units])
     # the request set is fixed, what varies is the machine (and adaptive D's choices): resample the
     # rounds of each batch of requests, so the interval is about this workload, not another sample
     rng = np.random.default_rng(0)
