@@ -1449,6 +1449,10 @@ def test_engine_starts_a_catching_up_drafter_at_its_first_proposal():
                                  ignore_eos=True, adaptive=Later(after))
         assert [o.token_ids for o in out] == ref
         assert drafter.starts == starts
+        # the clock the stats keep still counts from the call (starting a drafter late reset it once)
+        st = out.stats
+        assert 0.0 < st.t_prefill <= st.t_total < 60.0
+        assert all(st.t_prefill <= t <= st.t_total for o in out for t in o.token_times)
         assert (sum(1 for s in out.stats.steps if max(s.drafted)) > 0) == bool(starts)
     # without a scheduler a fixed D starts it right after the prefill
     drafter = Counting(max_n=3)

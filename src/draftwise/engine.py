@@ -77,8 +77,8 @@ def decode(
     scheduler: DraftScheduler | None = None,
 ) -> GenerationResult:
     dev = target.device
-    t_start = time.perf_counter()
-    now = lambda: time.perf_counter() - t_start  # noqa: E731
+    t_begin = time.perf_counter()
+    now = lambda: time.perf_counter() - t_begin  # noqa: E731
     B = len(prompts)
     reqs = [_Request(list(p), [], [], [], []) for p in prompts]
     row_ids = [next(_ROW_IDS) for _ in prompts]    # for the scheduler: a row's own history, never reused
@@ -142,11 +142,11 @@ def decode(
                 ahead, ahead_rows = learner.plain_ahead(n), n
         if drafting and skippable and (cap <= 0 or max(remaining) <= 0):
             drafting = False                   # nothing to draft: leave the drafter to catch up later
-        t_start = 0.0
+        t_started = 0.0
         if drafting and not started:    # its time: the drafter's in the stats, outside the scheduler's price of drafting
-            t_start = time.perf_counter()
+            t_started = time.perf_counter()
             drafter.start(ctx)
-            started, t_start = True, time.perf_counter() - t_start
+            started, t_started = True, time.perf_counter() - t_started
         if drafting:
             caps_l = [min(max(r, 0), cap) for r in remaining]
             prop = drafter.propose(ctx, torch.tensor(caps_l, device=dev))
@@ -205,7 +205,7 @@ def decode(
             # the step's price is everything but drafting: the target forward, the acceptance test
             # and this loop's bookkeeping, which every width pays (forward alone made a 9-token
             # verification look 2.0 plain steps at batch 1 where the whole step cost 1.7)
-            learner.observe(k_l, acc_l, t_drafter - t_start if drafting else 0.0, int(prop.tokens.shape[1]),
+            learner.observe(k_l, acc_l, t_drafter - t_started if drafting else 0.0, int(prop.tokens.shape[1]),
                             offered=caps_l if drafting else None, target_seconds=time.perf_counter() - t0 - t_drafter,
                             catch_up=fresh and drafting, **({"emitted": news} if sees else {}))
         fresh = fresh and not drafting
