@@ -273,6 +273,20 @@ def _gains_rows(cal: list, valid: list, worth: Optional[StaticWorth] = None,
     return float(len(cal)), gain
 
 
+def _max_normal(m1: float, v1: float, m2: float, v2: float) -> tuple[float, float]:
+    """Mean and variance of the larger of two independent normals (Clark, 1961), a max taken as
+    normal again for the next one."""
+    a2 = v1 + v2
+    if a2 <= 1e-18:
+        return (m1, v1) if m1 >= m2 else (m2, v2)
+    a = math.sqrt(a2)
+    x = (m1 - m2) / a
+    cdf, pdf = 0.5 * (1.0 + math.erf(x / math.sqrt(2.0))), math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    mean = m1 * cdf + m2 * (1.0 - cdf) + a * pdf
+    second = (m1 * m1 + v1) * cdf + (m2 * m2 + v2) * (1.0 - cdf) + (m1 + m2) * a * pdf
+    return mean, max(second - mean * mean, 0.0)
+
+
 def expected_throughput(confidence: torch.Tensor, lengths: torch.Tensor, sps: SPSLike) -> float:
     """Θ = τ*·SPS(N) for given per-row lengths (for tests and reports)."""
     sps_fn = _as_sps(sps)
@@ -781,7 +795,11 @@ class AdaptiveDraftLength:
         return lambda D: (share * self.target_time(batch_size, D) + (1 - share) * plain + draft_time(D)) if D else plain
 
     def _best_cap(self, batch_size: int, max_draft: int, z: float = 0.0) -> int:
+        # a static batch's rest (`_static_values`) is priced for the tokens its rows have left:
+        # decided afresh as that halves (a short rest pays less for the rows drifting apart)
         key = (batch_size, max_draft, z)
+        if self._horizon_known(batch_size):
+            key += (max(self._remaining).bit_length(),)
         if key in self._best:       # nothing observed since: the same answer
             return self._best[key]
         best, best_v = 0, 0.0
@@ -796,6 +814,8 @@ class AdaptiveDraftLength:
         per second, from the acceptance per position learned (z standard errors above) — what
         `draft_cap` maximises where drafting is not free."""
         step = self._step_time(batch_size)
+        if self._horizon_known(batch_size):
+            return self._static_values(batch_size, max_draft, self.position_alpha(z), step)
         # a static batch, per row and plain step (`static_worth`): every row's draft is worth φ,
         # and β/B more where the rows at the back all accept it — the rows that accept least, whose
         # acceptance is learned apart. Counting every row alike, prompt lookup at batch 4 verified
@@ -814,6 +834,73 @@ class AdaptiveDraftLength:
                 E += phi * surv + back * surv_lag
             values.append(E / step(D))
         return values
+
+    def _horizon_known(self, batch_size: int) -> bool:
+        """Whether `draft_values` can price the rest of a static batch (`_static_values`): the
+        engine said what each of more than one row has left, and which row is which (the rows
+        of a batch are not alike: which of them ends it depends on each one's own acceptance)."""
+        rem, ids = self._remaining, self._row_ids
+        return (self.static_batch and batch_size > 1 and rem is not None and len(rem) == batch_size
+                and ids is not None and len(ids) == batch_size)
+
+    def _static_values(self, batch_size: int, max_draft: int, alpha: list, step: Callable[[int], float]) -> list[float]:
+        """`draft_values` for a static batch, over the rest of it: drafting D every step from now,
+        row r emits τ_r = 1 + A_r tokens a step (P(A_r ≥ j) = its chance of reaching draft j, the
+        acceptance per position times its factor, `_rest_scale`), so it needs N_r ≈ m_r/E[τ_r]
+        steps for its m_r tokens left, with variance m_r·Var[τ_r]/E[τ_r]³, and the batch runs
+        until the last row is done. With a plain step of k rows at f + k·d plain steps of B
+        (`_phi_beta`: d = φ/B, f = β/B), the rest costs f·E[max_r N_r] + d·Σ_r E[N_r] steps at D
+        (E[max] of normals, Clark 1961), against f·max m + d·Σ m plain.
+        Up to session 39, D was priced one step at a time (the step's worth if the decoding after
+        it is plain): rows level at the back counted only where all of them accept — the product
+        of their acceptances, ~0.3⁴ for prompt lookup at batch 4 — and plain decoding keeps the
+        rows level, so drafting looked worth next to nothing, whatever it is worth once the rows
+        drift apart. Prompt lookup at batch 4, 1k tokens, stayed plain where D = 1 gained 2–5 %
+        (replayed, BENCHMARKS §5.0)."""
+        phi, beta = self._phi_beta(batch_size)
+        f, d = beta / batch_size, phi / batch_size
+        left = [m + 1 for m in self._remaining]     # this step's token included
+        scale = self._rest_scale(batch_size, left)
+        plain = f * max(left) + d * sum(left)
+        values = [1.0 / step(0)]
+        ea, ea2 = [0.0] * batch_size, [0.0] * batch_size      # per row, E[A] and E[A²] at this D
+        surv, P = 1.0, self.MAX_POS
+        for D in range(1, max_draft + 1):
+            surv *= alpha[min(D, P) - 1]
+            top_m = top_v = None
+            spent = 0.0
+            for r, (m, k) in enumerate(zip(left, scale)):
+                reach = min(1.0, k * surv)
+                ea[r] += reach
+                ea2[r] += (2 * D - 1) * reach
+                mu = 1.0 + ea[r]
+                mean, var = m / mu, m * max(ea2[r] - ea[r] * ea[r], 0.0) / mu ** 3
+                spent += mean
+                top_m, top_v = (mean, var) if top_m is None else _max_normal(top_m, top_v, mean, var)
+            values.append(plain / ((f * top_m + d * spent) * step(D)))
+        return values
+
+    def _rest_scale(self, batch_size: int, left: list) -> list[float]:
+        """Per row, its factor on the pooled acceptance per position over the rest of the batch:
+        its own (`_row_scale`'s, without the age) times its age's over the rest — young for as
+        many of its `left` tokens as it has yet to grow through (`YOUNG`), then grown — against
+        the pooled rows' mix of ages. `_row_scale`'s factor is for this step: a batch's first
+        steps, young, accept least, and priced so for the whole batch its rows looked 0.7 as
+        likely to accept as they are once grown."""
+        ids = self._row_ids
+        if ids is None or len(ids) != batch_size:
+            return [1.0] * batch_size
+        k = self.ROW_PRIOR
+        (xy, yy), (xg, yg) = self._age_fit[True], self._age_fit[False]
+        young_f, grown_f, mix = (yy + k) / (xy + k), (yg + k) / (xg + k), (yy + yg + k) / (xy + xg + k)
+        out = []
+        for i, m in zip(ids, left):
+            e = self._row_fit.get(i)
+            own = 1.0 if e is None else (e[1] + k) / (e[0] + k)
+            done = 0 if e is None or e[2] is None else e[2] - (m - 1)     # tokens since first seen
+            young = min(max(self.YOUNG - done, 0), m) / m if m > 0 else 0.0
+            out.append(own * (young * young_f + (1.0 - young) * grown_f) / mix)
+        return out
 
     def draft_cap(self, batch_size: int, max_draft: int, remaining: Optional[Sequence[int]] = None,
                   catch_up: float = 0.0, rows: Optional[Sequence] = None) -> int:
@@ -1208,17 +1295,35 @@ class AdaptiveDraftLength:
         pb = self._phis.get(batch_size)
         if pb is None:      # kept until the step times are next refreshed
             full = self.target_time(batch_size, 0)
-            one = self.target_time(1, 0)
+            one = self._rows_time(1, batch_size)
             if batch_size == 1:
                 delta = full
             else:
                 ks = range(max(1, batch_size - self.PHI_SPAN + 1), batch_size + 1)
-                ts = [self.target_time(k, 0) for k in ks]
+                ts = [self._rows_time(k, batch_size) for k in ks]
                 km, tm = sum(ks) / len(ks), sum(ts) / len(ts)
                 delta = sum((k - km) * (t - tm) for k, t in zip(ks, ts)) / sum((k - km) ** 2 for k in ks)
             phi = min(1.0, max(0.0, batch_size * delta / full))
             pb = self._phis[batch_size] = (phi, max(0.0, batch_size * one / full - phi))
         return pb
+
+    PHI_PRIOR = 16.0    # plain steps of k rows the curve's ratio t(k)/t(B) is worth to `_rows_time`
+
+    def _rows_time(self, k: int, batch_size: int) -> float:
+        """A plain step of k ≤ B rows, for `_phi_beta`: as timed at k rows, shrunk towards the
+        batch size's own speed times the curve's ratio t(k)/t(B) by the steps timed at k (aged
+        as `_seen` ages them), the curve's ratio worth `PHI_PRIOR` of them. A batch that decodes
+        plain never loses a row before its end, so k rows are timed only in a probe's wake: one
+        such step at batch 3, timed 26 % dearer than four rows, set the speed of 1–3 rows and
+        made φ = 0.28 where it is 0.44 — a draft looked worth a third less, and prompt lookup at
+        batch 4 decoded plain where D = 1 gained 2 % (replayed, BENCHMARKS §5.0)."""
+        own = self.target_time(k, 0)
+        if k == batch_size:
+            return own
+        W = self.MAX_POS + 1
+        lent = self.target_time(batch_size, 0) * self._prior_times(k, W)[0] / self._prior_times(batch_size, W)[0]
+        n = sum(c for c, _, _ in self._seen(k, W))
+        return (n * own + self.PHI_PRIOR * lent) / (n + self.PHI_PRIOR)
 
     def _probe_prices(self, batch_size: int, best: int, D: int) -> tuple[float, float]:
         """A probe's modelled step seconds at the choice it displaces and at its own D: `observe`
