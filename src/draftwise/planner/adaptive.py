@@ -273,20 +273,6 @@ def _gains_rows(cal: list, valid: list, worth: Optional[StaticWorth] = None,
     return float(len(cal)), gain
 
 
-def _max_normal(m1: float, v1: float, m2: float, v2: float) -> tuple[float, float]:
-    """Mean and variance of the larger of two independent normals (Clark, 1961), a max taken as
-    normal again for the next one."""
-    a2 = v1 + v2
-    if a2 <= 1e-18:
-        return (m1, v1) if m1 >= m2 else (m2, v2)
-    a = math.sqrt(a2)
-    x = (m1 - m2) / a
-    cdf, pdf = 0.5 * (1.0 + math.erf(x / math.sqrt(2.0))), math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
-    mean = m1 * cdf + m2 * (1.0 - cdf) + a * pdf
-    second = (m1 * m1 + v1) * cdf + (m2 * m2 + v2) * (1.0 - cdf) + (m1 + m2) * a * pdf
-    return mean, max(second - mean * mean, 0.0)
-
-
 def expected_throughput(confidence: torch.Tensor, lengths: torch.Tensor, sps: SPSLike) -> float:
     """Θ = τ*·SPS(N) for given per-row lengths (for tests and reports)."""
     sps_fn = _as_sps(sps)
@@ -347,10 +333,6 @@ class AdaptiveDraftLength:
       Each row's chance of reaching each draft position is scaled by its own accepted over
       expected drafts (`_row_scale`) times that of every row at its age (`_age_factor`: young,
       fewer than `YOUNG` tokens generated, or grown);
-    - a static batch (the engine gives each row's tokens left and an id): D is priced over the
-      rest of the batch, row by row — it ends with its last row, and drafting lets the rows drift
-      apart (`_static_values`); the per-step schedule still prices each step as if plain
-      decoding followed it (`static_worth`);
     - exploration: every step that drafts D and verifies it observes positions 1…D. The first
       step drafts one token, which prices the drafter (three such steps if that one looks
       implausibly dear, `_note_draft`; unless `draft_token_seconds`,
@@ -470,7 +452,6 @@ class AdaptiveDraftLength:
         self._proposed: Optional[list[int]] = None    # per row, drafts the drafter made this step
         self._row_ids: Optional[list] = None   # per row, the engine's id of it this step (`draft_cap`)
         self._row_fit: dict = {}               # row id → [Σ accepted expected, Σ accepted, tokens left when first seen]
-        self._factors: list[float] = []        # the factors of the last `FACTORS` rows done (`_rest_scale`)
         self._age_fit = {True: [0.0, 0.0], False: [0.0, 0.0]}   # young row? → [Σ expected, Σ accepted], all rows
         self._young_rows: Optional[list] = None   # per row this step, whether it is young (None: no factor)
         self._cal: Optional[list] = None       # this step's calibrated confidences, as decided on
@@ -800,11 +781,7 @@ class AdaptiveDraftLength:
         return lambda D: (share * self.target_time(batch_size, D) + (1 - share) * plain + draft_time(D)) if D else plain
 
     def _best_cap(self, batch_size: int, max_draft: int, z: float = 0.0) -> int:
-        # a static batch's rest (`_static_values`) is priced for the tokens its rows have left:
-        # decided afresh as that halves (a short rest pays less for the rows drifting apart)
         key = (batch_size, max_draft, z)
-        if self._horizon_known(batch_size):
-            key += (max(self._remaining).bit_length(),)
         if key in self._best:       # nothing observed since: the same answer
             return self._best[key]
         best, best_v = 0, 0.0
@@ -817,12 +794,8 @@ class AdaptiveDraftLength:
     def draft_values(self, batch_size: int, max_draft: int, z: float = 0.0) -> list[float]:
         """Per D = 0 … `max_draft`, a step's expected worth (in tokens of a row, `static_worth`)
         per second, from the acceptance per position learned (z standard errors above) — what
-        `draft_cap` maximises where drafting is not free. For a static batch whose rows the
-        engine names, the rest of the batch's worth per second at D (`_static_values`), scaled
-        so that plain decoding's is the same."""
+        `draft_cap` maximises where drafting is not free."""
         step = self._step_time(batch_size)
-        if self._horizon_known(batch_size):
-            return self._static_values(batch_size, max_draft, self.position_alpha(z), step)
         # a static batch, per row and plain step (`static_worth`): every row's draft is worth φ,
         # and β/B more where the rows at the back all accept it — the rows that accept least, whose
         # acceptance is learned apart. Counting every row alike, prompt lookup at batch 4 verified
@@ -841,88 +814,6 @@ class AdaptiveDraftLength:
                 E += phi * surv + back * surv_lag
             values.append(E / step(D))
         return values
-
-    def _horizon_known(self, batch_size: int) -> bool:
-        """Whether `draft_values` can price the rest of a static batch (`_static_values`): the
-        engine said what each of more than one row has left, and which row is which (the rows
-        of a batch are not alike: which of them ends it depends on each one's own acceptance)."""
-        rem, ids = self._remaining, self._row_ids
-        return (self.static_batch and batch_size > 1 and rem is not None and len(rem) == batch_size
-                and ids is not None and len(ids) == batch_size)
-
-    def _static_values(self, batch_size: int, max_draft: int, alpha: list, step: Callable[[int], float]) -> list[float]:
-        """`draft_values` for a static batch, over the rest of it: drafting D every step from now,
-        row r emits τ_r = 1 + A_r tokens a step (P(A_r ≥ j) = its chance of reaching draft j, the
-        acceptance per position times its factor, `_rest_scale`), so it needs N_r ≈ m_r/E[τ_r]
-        steps for its m_r tokens left, with variance m_r·Var[τ_r]/E[τ_r]³, and the batch runs
-        until the last row is done. With a plain step of k rows at f + k·d plain steps of B
-        (`_phi_beta`: d = φ/B, f = β/B), the rest costs f·E[max_r N_r] + d·Σ_r E[N_r] steps at D
-        (E[max] of normals, Clark 1961), against f·max m + d·Σ m plain.
-        Up to session 39, D was priced one step at a time (the step's worth if the decoding after
-        it is plain): rows level at the back counted only where all of them accept — the product
-        of their acceptances, ~0.3⁴ for prompt lookup at batch 4 — and plain decoding keeps the
-        rows level, so drafting looked worth next to nothing, whatever it is worth once the rows
-        drift apart. Prompt lookup at batch 4, 1k tokens, stayed plain where D = 1 gained 2–5 %
-        (replayed, BENCHMARKS §5.0)."""
-        phi, beta = self._phi_beta(batch_size)
-        f, d = beta / batch_size, phi / batch_size
-        left = [m + 1 for m in self._remaining]     # this step's token included
-        scale = self._rest_scale(batch_size, left)
-        plain = f * max(left) + d * sum(left)
-        values = [1.0 / step(0)]
-        ea = [[0.0] * len(ks) for ks in scale]     # per row and factor, E[A] and E[A²] at this D
-        ea2 = [[0.0] * len(ks) for ks in scale]
-        surv, P = 1.0, self.MAX_POS
-        for D in range(1, max_draft + 1):
-            surv *= alpha[min(D, P) - 1]
-            top_m = top_v = None
-            spent = 0.0
-            for r, (m, ks) in enumerate(zip(left, scale)):
-                s1 = s2 = 0.0       # the row's steps, over its possible factors: E[N], E[N²]
-                for q, k in enumerate(ks):
-                    reach = min(1.0, k * surv)
-                    a = ea[r][q] = ea[r][q] + reach
-                    a2 = ea2[r][q] = ea2[r][q] + (2 * D - 1) * reach
-                    mu = 1.0 + a
-                    s1 += m / mu
-                    s2 += m * max(a2 - a * a, 0.0) / mu ** 3 + (m / mu) ** 2
-                mean = s1 / len(ks)
-                var = max(s2 / len(ks) - mean * mean, 0.0)
-                spent += mean
-                top_m, top_v = (mean, var) if top_m is None else _max_normal(top_m, top_v, mean, var)
-            values.append(plain / ((f * top_m + d * spent) * step(D)))
-        return values
-
-    FACTORS = 64        # rows done whose factors `_rest_scale` draws on
-    SPREAD = (0.1, 0.3, 0.5, 0.7, 0.9)    # ... at these quantiles
-
-    def _rest_scale(self, batch_size: int, left: list) -> list[tuple]:
-        """Per row, what its factor on the pooled acceptance per position may be over the rest of
-        the batch, as equally likely values: its own evidence (`_row_fit`), with the factors of
-        the rows done lately (at the `SPREAD` quantiles, once 8 are in) as the prior it updates
-        — the rows of a batch differ, and the last to finish is the one that accepts least; times
-        its age's over the rest (young for as many of its `left` tokens as it has yet to grow
-        through, `YOUNG`, then grown) against the pooled rows' mix of ages. With one factor a row
-        (1, before its own evidence), the rows of a new batch looked alike, the batch's end came
-        as soon as its average row's, and prompt lookup at batch 4 drafted where a width of 1 cost
-        1.26 plain steps, at 0.976 of plain decoding (BENCHMARKS §5.0)."""
-        ids = self._row_ids
-        if ids is None or len(ids) != batch_size:
-            return [(1.0,)] * batch_size
-        k = self.ROW_PRIOR
-        (xy, yy), (xg, yg) = self._age_fit[True], self._age_fit[False]
-        young_f, grown_f, mix = (yy + k) / (xy + k), (yg + k) / (xg + k), (yy + yg + k) / (xy + xg + k)
-        pop = sorted(self._factors)
-        prior = tuple(pop[int(q * len(pop))] for q in self.SPREAD) if len(pop) >= 8 else (1.0,)
-        out = []
-        for i, m in zip(ids, left):
-            e = self._row_fit.get(i)
-            x, y = (0.0, 0.0) if e is None else (e[0], e[1])
-            done = 0 if e is None or e[2] is None else e[2] - (m - 1)     # tokens since first seen
-            young = min(max(self.YOUNG - done, 0), m) / m if m > 0 else 0.0
-            age = (young * young_f + (1.0 - young) * grown_f) / mix
-            out.append(tuple(age * (y + k * f) / (x + k) for f in prior))
-        return out
 
     def draft_cap(self, batch_size: int, max_draft: int, remaining: Optional[Sequence[int]] = None,
                   catch_up: float = 0.0, rows: Optional[Sequence] = None) -> int:
@@ -950,11 +841,6 @@ class AdaptiveDraftLength:
         self._lagging = None if remaining is None else [r >= top for r in self._remaining]
         self._row_ids = None if rows is None else list(rows)
         if rows is not None and len(self._row_fit) > len(self._row_ids):    # rows done: forget them
-            kept = set(self._row_ids)
-            for i, e in self._row_fit.items():
-                if i not in kept and e[0] >= 2.0:     # ... keeping what they accepted, where they drafted
-                    self._factors.append((e[1] + self.ROW_PRIOR) / (e[0] + self.ROW_PRIOR))
-            del self._factors[:-self.FACTORS]
             self._row_fit = {i: self._row_fit[i] for i in self._row_ids if i in self._row_fit}
         if rows is not None and (len(self._row_ids) > 1 or self.sees_emitted):   # rows sharing a step get a factor,
             # and every row where its unverified drafts are seen too (`_shadow`): a factor that
@@ -1342,8 +1228,8 @@ class AdaptiveDraftLength:
         as `_seen` ages them), the curve's ratio worth `PHI_PRIOR` of them. A batch that decodes
         plain never loses a row before its end, so k rows are timed only in a probe's wake: one
         such step at batch 3, timed 26 % dearer than four rows, set the speed of 1–3 rows and
-        made φ = 0.28 where it is 0.44 — a draft looked worth a third less, and prompt lookup at
-        batch 4 decoded plain where D = 1 gained 2 % (replayed, BENCHMARKS §5.0)."""
+        made φ = 0.28 where the machine's steps say 0.44 (replayed, prompt lookup at batch 4,
+        1k tokens; BENCHMARKS §5.0)."""
         own = self.target_time(k, 0)
         if k == batch_size:
             return own
