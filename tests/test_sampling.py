@@ -160,9 +160,10 @@ def test_scheduler_reading_the_sampled_token_is_caught(monkeypatch):
                         lambda self, p: p.probs.gather(-1, p.tokens.unsqueeze(-1)).squeeze(-1))
     model = tiny_target()
     drafter = DraftModelDrafter(noisy_copy(model, 0.5), VOCAB)
-    # every token counted alike, as in the test above: priced as the static batch it is (identical
-    # prompts, a few tokens each, thousands of rows), drafting cannot end it sooner, and a
-    # scheduler that drafts nothing has nothing to bias
+    # every token counted alike, as in the test above, so that the control does not hang on how a
+    # static batch is priced: priced over the rest of the batch (session 40, BENCHMARKS §5.0), a
+    # batch of thousands of identical rows a few tokens long drafted nothing, and a scheduler
+    # that drafts nothing has nothing to bias
     sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + N / (8 * N_DRAWS)), probe_every=10**9,
                                 padded=False, static_batch=False)
     # the drafter priced already: else the first step drafts and verifies one token to learn it
