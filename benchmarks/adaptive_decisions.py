@@ -3,47 +3,37 @@
     python benchmarks/adaptive_decisions.py --batch-size 4 --dataset throughput-1k \
         --adaptive benchmarks/results/planner_s38_run2/profile.json [--scheduler OLD.py] [--out LOG.json]
 
-Decodes `--requests` prompts in batches, `--rounds` times over, with prompt lookup and one
-scheduler, as `adaptive_ab.py` runs its adaptive configuration (without the other
-configurations). For every `draft_cap` the scheduler really decides (not the plain steps it
-decided ahead): the unit, the most tokens a row has left, the cap, whether it is a probe (shadow:
-drafting only), and, where it drafts, the modelled rate of D = 0…3 over plain, the first-draft
-acceptance learned, the modelled price of a width-1 step over a plain one (drafting included), and
-(φ, β). Then what the per-step schedule verified of it. Where adaptive D drafts that a fixed D
-would not have paid for, this says which input it acted on — in session 40, a width-1 price of
-1.18 plain steps, the profile's, where that hour's runs measured 1.28–1.33.
+Decodes `--requests` prompts in batches, `--rounds` times over, with one drafter (prompt lookup
+unless `--drafter`) and one scheduler, as `adaptive_ab.py` runs its adaptive configuration
+(without the other configurations). For every `draft_cap` the scheduler really decides (not the
+plain steps it decided ahead): the unit, the most tokens a row has left, the cap, whether it is a
+probe (shadow: drafting only), and, where it drafts, the modelled rate of D = 0…3 over plain, the
+first-draft acceptance learned, the modelled price of a width-1 step over a plain one (drafting
+included), and (φ, β). Then what the per-step schedule verified of it. Where adaptive D drafts
+that a fixed D would not have paid for, this says which input it acted on — in session 40, a
+width-1 price of 1.18 plain steps, the profile's, where that hour's runs measured 1.28–1.33.
 """
-import argparse
 import collections
 import json
 
-from _common import steady_malloc
+from _common import adaptive_parser, adaptive_workload, steady_malloc
 
 steady_malloc()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--adaptive", required=True, help="the profile JSON adaptive D starts from")
+    ap = adaptive_parser(__doc__, requests=16)
+    ap.set_defaults(dataset="throughput-1k", batch_size=4)
     ap.add_argument("--scheduler", default=None, metavar="PATH", help="another version of planner/adaptive.py")
-    ap.add_argument("--target", default="zoo/target")
-    ap.add_argument("--dataset", default="throughput-1k")
-    ap.add_argument("--batch-size", type=int, default=4)
-    ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("-D", type=int, default=8)
     ap.add_argument("--out", default=None, metavar="JSON", help="also write every decision here")
     args = ap.parse_args()
 
-    import torch
-
     import draftwise as dw
-    from draftwise.bench.datasets import load_dataset
     from draftwise.planner.adaptive import AdaptiveDraftLength
 
     from adaptive_ab import scheduler_class
-    torch.set_num_threads(2)
     base = scheduler_class(args.scheduler) if args.scheduler else AdaptiveDraftLength
     log: list[dict] = []
     unit = [0]
@@ -69,15 +59,14 @@ def main() -> None:
                 log[-1].update(verified=max(out, default=0), proposed=max(proposal.num_tokens.tolist()))
             return out
 
-    tgt = dw.load_target(args.target)
-    prompts = [tgt.tokenizer.encode(r.turns[0])
-               for r in load_dataset(args.dataset, tgt.tokenizer, num_requests=args.requests)][:args.requests]
-    drafter = dw.build_drafter("ngram", tgt)
+    tgt, prompts, adaptive = adaptive_workload(args)
+    prompts = prompts[:args.requests]
+    drafter = dw.build_drafter(args.drafter, tgt)
     B, starts = args.batch_size, list(range(0, len(prompts), args.batch_size))
     widths: collections.Counter = collections.Counter()
     for u in range(args.rounds * len(starts)):
         unit[0], i = u, starts[u % len(starts)]
-        sched = dw.api._adaptive_scheduler(tgt, args.adaptive, prompts[i:i + B], args.D, drafter,
+        sched = dw.api._adaptive_scheduler(tgt, adaptive, prompts[i:i + B], args.D, drafter,
                                            args.max_new_tokens, scheduler_cls=Traced)
         res = dw.generate(tgt, prompts[i:i + B], drafter=drafter, num_draft_tokens=args.D,
                           max_new_tokens=args.max_new_tokens, ignore_eos=True, adaptive=sched)
