@@ -96,20 +96,12 @@ class Prices:
     the same stretches for every configuration of a seed."""
 
     def __init__(self, curve, measured: dict | None = None, jitter: float = 0.0, seed: int = 0,
-                 other: dict | None = None, dwell: float = 2.0, probes: tuple | None = None):
+                 other: dict | None = None, dwell: float = 2.0):
         self.curve, self.measured = curve, measured or {}     # curve: rows → steps/s by tokens
         self.jitter, self.rng = jitter, random.Random(seed)
         self.tables, self.state, self.clock = [self.measured, other], 0, 0.0
         self.flips, self.dwell = random.Random(seed + 7919), dwell
         self.next_flip = self.flips.expovariate(1.0 / dwell) if other else math.inf
-        self.probes, self.probed = probes, 0.0     # (cheap, dear) probe times; seconds spent probing
-
-    def probe(self) -> float:
-        """The scheduler's probe of the host (`host_probe`): the median of three product times
-        drawn from the state's own (`--probe-times`), spent as the step's time."""
-        t = sorted(self.rng.choice(self.probes[self.state]) for _ in range(3))[1]
-        self.probed += t
-        return t
 
     def _prior(self, rows: int, width: int) -> float:
         return 1.0 / self.curve(rows)(rows * (1 + width)) + 0.5e-3     # + the step's bookkeeping
@@ -158,18 +150,6 @@ def measured_prices(path: Path, min_steps: int = 5, dataset: str = "", batch_siz
     return {k: median(v) for k, v in seen.items() if len(v) >= min_steps}
 
 
-def probe_pools(path: Path, window: int = 50) -> tuple[list, list]:
-    """(cheap, dear): the 64-row product's times in `benchmarks/host_state.py`'s windows whose
-    width-1 price is below (above) the midpoint of the windows' range."""
-    rounds = json.loads(path.read_text())["rounds"]
-    wins = [rounds[i:i + window] for i in range(0, len(rounds) - window + 1, window)]
-    price = [median(r["w1"] for r in w) / median(r["plain"] for r in w) for w in wins]
-    mid = (min(price) + max(price)) / 2
-    cheap = [r["mm64"] for w, p in zip(wins, price) if p < mid for r in w]
-    dear = [r["mm64"] for w, p in zip(wins, price) if p >= mid for r in w]
-    return cheap, dear
-
-
 DRAFT_SECONDS = (0.15e-3, 0.005e-3)   # prompt lookup per step and per drafted token (--draft-seconds)
 PYTHON = 0.0    # --python: the scheduler's own calls, timed here and × this, join each step's seconds
 _IDS = itertools.count()
@@ -196,12 +176,10 @@ def decode(table, batch: list[int], max_new: int, D: int, prices: Prices, sched=
         if sched is not None and D > 0:
             if hasattr(sched, "set_host_state"):     # benchmarks/host_oracle.py: told the host's state
                 sched.set_host_state(prices.state)
-            probed = prices.probed
             cap = min(cap, sched.draft_cap(n, D, remaining=remaining, catch_up=0.0 if not fresh else 3 * prices.base(n, 0),
                                            rows=[ids[r] for r in active]))
         drafting = D > 0 and cap > 0 and max(remaining) > 0
         py = time.perf_counter() - t0           # (the engine counts draft_cap in the drafting time)
-        probe_s = prices.probed - probed if sched is not None and D > 0 else 0.0    # a probe of the host
         rows = [table[r][at[r]] for r in active]
         if drafting:
             caps = [min(max(m, 0), cap) for m in remaining]
@@ -227,7 +205,7 @@ def decode(table, batch: list[int], max_new: int, D: int, prices: Prices, sched=
             sched.observe(k, acc, draft_s, int(width) if drafting else 0, offered=caps,
                           target_seconds=step_s, catch_up=fresh and drafting, **emitted)
         fresh = fresh and not drafting
-        seconds += step_s + draft_s + probe_s + PYTHON * (time.perf_counter() - t0 + (0.0 if drafting else py))
+        seconds += step_s + draft_s + PYTHON * (time.perf_counter() - t0 + (0.0 if drafting else py))
         steps += 1
         verifying += w > 0
         for r, a in zip(active, acc):
@@ -334,10 +312,6 @@ def main() -> None:
                     help="mean replayed seconds in one state of the host with --times-other (a run of adaptive_ab.py "
                          "decodes each configuration about a sixth of its wall-clock time, and the host of "
                          "BENCHMARKS.md stays 10–60 s in one state)")
-    ap.add_argument("--probe-times", default=None, metavar="JSON",
-                    help="benchmarks/host_state.py's rounds: the scheduler's probe of the host (`host_probe`) "
-                         "draws its product times from the state the replay is in, and pays them; without it "
-                         "the scheduler does not probe")
     ap.add_argument("--jitter", type=float, default=0.0, help="log-normal sd of each step's time")
     ap.add_argument("--seed", type=int, default=0, help="of the jitter")
     ap.add_argument("--seeds", type=int, default=None, metavar="N",
@@ -400,7 +374,6 @@ def main() -> None:
     seeds = range(args.seeds) if args.seeds else [args.seed]
     other = measured_prices(Path(args.times_other), dataset=args.dataset, batch_size=args.batch_size[0]) \
         if args.times_other else None
-    probes = probe_pools(Path(args.probe_times)) if args.probe_times else None
     keys: dict = {}       # (seed, scheduler class) → the drafter object a carried scheduler is kept under
     for seed, B in itertools.product(seeds, args.batch_size):
         prompts, table, measured = by_batch[B]
@@ -414,10 +387,7 @@ def main() -> None:
                 key = keys.setdefault((seed, cls), object()) if args.carry else object()
                 sched = dw.api._adaptive_scheduler(tgt, args.adaptive, prompts[:B], D, key, args.max_new_tokens,
                                                    scheduler_cls=cls)
-            prices = Prices(cost, measured, args.jitter, seed=seed * 1000 + B, other=other, dwell=args.dwell,
-                            probes=probes)
-            if sched is not None and hasattr(sched, "host_probe"):    # this replay's host, not the machine's
-                sched.host_probe = prices.probe if probes else None
+            prices = Prices(cost, measured, args.jitter, seed=seed * 1000 + B, other=other, dwell=args.dwell)
             tok = sec = st = ver = 0
             for r in range(args.rounds):
                 for i in range(0, requests, B):

@@ -16,9 +16,6 @@ _TIMINGS = ("_tt", "_ratio", "_levels", "_clock")    # the step timings: per (ro
 
 
 class AdaptiveDraftLength(_Kept):
-    def _read_host(self, batch_size: int, max_draft: int) -> None:
-        """No probe: the replay tells the state."""
-
     def set_host_state(self, state: int) -> None:
         """Switch to the timings of `state` (fresh ones the first time: the prior curve's prices)."""
         now = getattr(self, "_host", 0)

@@ -117,9 +117,6 @@ def _adaptive_scheduler(tgt, adaptive, ids, num_draft_tokens, draft, max_new_tok
     if key not in mine:
         mine[key] = (scheduler_cls or AdaptiveDraftLength)(
             sps_for_batch=for_batch, draft_token_seconds=_profiled_draft_price(tgt, source, draft, L))
-        if tgt.device.type == "cpu":      # a shared CPU's price of width comes and goes (planner.host)
-            from .planner.host import HostProbe
-            mine[key].host_probe = HostProbe()
     elif new_curve:
         mine[key].refresh_curves()
     return mine[key]

@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from .acceptance import verify_share
-from .host import HostState
 
 SPSLike = Union[Callable[[float], float], "SPSCurve", Sequence[Sequence[float]], dict]
 
@@ -402,9 +401,6 @@ class AdaptiveDraftLength:
         self.skips_idle = False  # set by the engine: a step drafting nothing costs the drafter nothing
         self.sees_emitted = False   # set by the engine: `observe` gets the tokens each row emitted (`_shadow`)
         self.draft_token_seconds = draft_token_seconds   # batch size → seconds a drafted token, measured ahead
-        # set by the engine's builder on a CPU: a small product's seconds (`planner.host.HostProbe`),
-        # read every HOST_EVERY steps timed where drafting is free, to tell the host's state (`_read_host`)
-        self.host_probe: Optional[Callable[[], float]] = None
         self.clock = time.perf_counter   # times `observe` itself (a test's fixed clock: decisions repeat)
         self.reset_stats()
 
@@ -467,10 +463,6 @@ class AdaptiveDraftLength:
         self._shadows: dict = {}               # row key → such lists still being checked (`_shadow`)
         self._one_hot = False                  # the last proposal drafted without probabilities
         self._shadow_probe = False             # this step is a probe that only drafts (`_decide_cap`)
-        self._host = HostState()               # the host's state, from `host_probe` (`_read_host`)
-        self._host_now = 0                     # the state whose step timings are current
-        self._host_timings: dict = {}          # state → its step timings while another is current
-        self._host_at = 0                      # steps timed (`_tt_seen`) at the latest probe of the host
 
     def refresh_curves(self) -> None:
         """Forget the curves looked up per batch size (a new one was measured); keeps what was learned."""
@@ -843,8 +835,6 @@ class AdaptiveDraftLength:
             self._since_probe += 1
             return 0
         self._fold_coast()
-        if self.host_probe is not None and self._tt_seen - self._host_at >= self.HOST_EVERY:
-            self._read_host(batch_size, max_draft)
         self._probing = self._full = self._free_step = False
         self._remaining = None if remaining is None else list(remaining)
         top = max(self._remaining, default=0) if remaining is not None else 0
@@ -1041,33 +1031,6 @@ class AdaptiveDraftLength:
         if choice and not free and self._pending > 0.0 and self._remaining:
             choice = self._worth_catching_up(batch_size, choice)
         return choice
-
-    HOST_EVERY = 256    # steps timed between two probes of the host's state
-    _TIMINGS = ("_tt", "_ratio", "_levels", "_clock")    # what is kept per state of the host
-
-    def _read_host(self, batch_size: int, max_draft: int) -> None:
-        """Probe the host's state where drafting is free (prompt lookup: where the price of width
-        alone decides), and switch to that state's step timings. On the host of BENCHMARKS.md a
-        width of 1 at batch 4, 1k tokens, costs 1.12–1.16 plain steps in one state and 1.30–1.35 in
-        the other, switching every 10–60 s, and a plain step does not tell them apart. With one
-        set of timings, the dear state taught the scheduler that drafting loses, it then verified
-        nothing, and it never saw the cheap state return; told the state, and keeping the timings
-        of each apart, it went from 0.985–0.992 of the best fixed D to 1.003–1.013 (replayed
-        under the host's flips, BENCHMARKS §5.0, session 41). The probe (~4 ms every 256 steps
-        of ~10 ms) is counted in the scheduler's own time."""
-        self._host_at = self._tt_seen
-        if not self._drafting_is_free(batch_size, max_draft):
-            return
-        state = self._host.note(self.host_probe())
-        now = self._host_now
-        if state == now:
-            return
-        self._host_timings[now] = {k: getattr(self, k) for k in self._TIMINGS}
-        for k, v in self._host_timings.pop(state, {k: {} for k in self._TIMINGS}).items():
-            setattr(self, k, v)
-        self._host_now = state
-        for cache in (self._times, self._phis, self._best, self._shape_best):
-            cache.clear()
 
     def _worth_catching_up(self, batch_size: int, choice: int) -> int:
         """`choice`, or 0 where what it saves over the rest of the batch does not cover the
