@@ -1,4 +1,4 @@
-"""Adaptive D's decisions on the machine, one line each (BENCHMARKS §5.0, session 40).
+"""Adaptive D's decisions on the machine, one line each (BENCHMARKS, session 40).
 
     python benchmarks/adaptive_decisions.py --batch-size 4 --dataset throughput-1k \
         --adaptive benchmarks/results/planner_s38_run2/profile.json [--scheduler OLD.py] [--out LOG.json]

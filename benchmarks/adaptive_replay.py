@@ -36,8 +36,8 @@ clock runs X times fast too, so it prices its own calls as the replay does). Wit
 noise streams. What this leaves out is how step times move while a run goes: a schedule that wins
 here can still lose on the machine, one that loses here loses there too. `--times-other` moves
 them as the host of BENCHMARKS.md does (`benchmarks/host_state.py`): a second table, the host's
-other state, entered and left every `--dwell` replayed seconds on average (BENCHMARKS §5.0,
-session 41: `benchmarks/results/replay_prices_s41/` holds the two states of one run). A scheduler
+other state, entered and left every `--dwell` replayed seconds on average (BENCHMARKS, session
+41: `benchmarks/results/replay_prices_s41/` holds the two states of one run). A scheduler
 that can be told the state (`set_host_state`: `--versus benchmarks/host_oracle.py`) is told it
 before every decision.
 """

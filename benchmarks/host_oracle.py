@@ -1,10 +1,11 @@
-"""Adaptive D told the host's state (BENCHMARKS §5.0, session 41): what a probe of the state would
+"""Adaptive D told the host's state (BENCHMARKS, session 41): what a probe of the state would
 be worth, for `adaptive_replay.py --times-other ... --versus benchmarks/host_oracle.py`.
 
-The host of BENCHMARKS.md prices a step verifying drafts at one of two levels, switching every
-10–60 s, while a plain step keeps its price (`benchmarks/host_state.py`). Plain decoding cannot
-tell the states apart, and verifying is the only way the scheduler learns the price of width, so
-once the dear state has taught it that drafting loses, it never sees the cheap state return.
+The host of BENCHMARKS.md prices a step verifying drafts at one of two levels, switching after
+stretches of seconds to a minute or two, while a plain step keeps its price
+(`benchmarks/host_state.py`). Plain decoding cannot tell the states apart, and verifying is the
+only way the scheduler learns the price of width: once the dear state has taught it that drafting
+loses, it stops verifying and, within a run, does not see the cheap state return.
 Here the replay tells the scheduler the state (`set_host_state`, called before every decision),
 and the scheduler keeps one set of step timings per state: what it measured in the other state
 neither drags this one's prices nor waits to be aged out. A real probe would have to read the

@@ -1,5 +1,5 @@
 """Does a small compute probe tell the host's price of width, without verifying a draft?
-(BENCHMARKS §5.0, session 41.)
+(BENCHMARKS, session 41.)
 
     python benchmarks/host_state.py --batch-size 4 --context 1048 --seconds 150 --out runs/s41/host_state.json
 

@@ -161,7 +161,7 @@ def test_scheduler_reading_the_sampled_token_is_caught(monkeypatch):
     model = tiny_target()
     drafter = DraftModelDrafter(noisy_copy(model, 0.5), VOCAB)
     # every token counted alike, as in the test above, so that the control does not hang on how a
-    # static batch is priced: priced over the rest of the batch (session 40, BENCHMARKS §5.0), a
+    # static batch is priced: priced over the rest of the batch (BENCHMARKS, session 40), a
     # batch of thousands of identical rows a few tokens long drafted nothing, and a scheduler
     # that drafts nothing has nothing to bias
     sched = AdaptiveDraftLength(lambda N: 1.0 / (1.0 + N / (8 * N_DRAWS)), probe_every=10**9,

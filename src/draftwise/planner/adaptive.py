@@ -1229,7 +1229,7 @@ class AdaptiveDraftLength:
         plain never loses a row before its end, so k rows are timed only in a probe's wake: one
         such step at batch 3, timed 26 % dearer than four rows, set the speed of 1–3 rows and
         made φ = 0.28 where the machine's steps say 0.44 (replayed, prompt lookup at batch 4,
-        1k tokens; BENCHMARKS §5.0)."""
+        1k tokens; BENCHMARKS, session 40)."""
         own = self.target_time(k, 0)
         if k == batch_size:
             return own
