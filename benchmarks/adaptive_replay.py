@@ -311,7 +311,7 @@ def main() -> None:
     ap.add_argument("--dwell", type=float, default=2.0, metavar="SECONDS",
                     help="mean replayed seconds in one state of the host with --times-other (a run of adaptive_ab.py "
                          "decodes each configuration about a sixth of its wall-clock time, and the host of "
-                         "BENCHMARKS.md stays 10–60 s in one state)")
+                         "BENCHMARKS.md stays seconds to a minute or two in one state)")
     ap.add_argument("--jitter", type=float, default=0.0, help="log-normal sd of each step's time")
     ap.add_argument("--seed", type=int, default=0, help="of the jitter")
     ap.add_argument("--seeds", type=int, default=None, metavar="N",
