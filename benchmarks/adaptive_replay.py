@@ -17,9 +17,10 @@ under N such noise streams and prints min and median over them (`--rotate`: each
 starts at another request, since what a fresh scheduler meets first decides much of what it
 learns). As the engine does, the
 scheduler is shown each row's emitted tokens (`sees_emitted`). `--explain` prints what
-each scheduler learned (acceptance per position, of the rows furthest behind) and the rate its
-`draft_cap` model gives each D, also for a scheduler that verifies every proposal at the best
-fixed D: where adaptive D's model and the replay disagree, which input is off.
+each scheduler learned (acceptance per position, of the rows furthest behind, the price of a
+step by width) and the rate its `draft_cap` model gives each D, also for a scheduler that
+verifies every proposal at the best fixed D: where adaptive D's model and the replay disagree,
+which input is off.
 
 Plain decoding, fixed D = 1 … `-D` and adaptive D (one scheduler learning over `--rounds` passes
 of the requests, as `adaptive_ab.py` runs it) are priced alike; the ratios count the rounds after
@@ -461,8 +462,12 @@ def explain(sched, B: int, max_draft: int) -> str:
     values = AdaptiveDraftLength.draft_values(sched, B, max_draft)   # this checkout's model, for an older version too
     value = [v / values[0] for v in values]
     f = lambda xs: " ".join(f"{x:.2f}" for x in xs)  # noqa: E731
+    t0, step = sched.target_time(B, 0), sched._step_time(B)
     return (f"acceptance per position {f(alpha[:max_draft])}; rows behind {f(lag[:max_draft])}; "
-            f"φ {phi:.2f}, β {beta:.2f}; modelled rate / plain by D = 0…{max_draft}: {f(value)}")
+            f"φ {phi:.2f}, β {beta:.2f}; modelled rate / plain by D = 0…{max_draft}: {f(value)}\n"
+            f"      a step of width w = 0…3 in plain steps {f([sched.target_time(B, w) / t0 for w in range(4)])}, "
+            f"with drafting {f([step(w) / step(0) for w in range(4)])}; a plain step {t0 * 1e3:.2f} ms; "
+            f"rows proposing {sched.proposal_rate():.2f}")
 
 
 if __name__ == "__main__":

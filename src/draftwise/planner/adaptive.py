@@ -359,9 +359,9 @@ class AdaptiveDraftLength:
       of a plain step, and where drafting never pays that bound is the whole price of being
       adaptive. Where drafting costs under `free_draft` of a plain step and `_shadow` sees the
       drafts, a probe only drafts, at any batch size and without the optimistic test: what to
-      verify stays with the per-step schedule, and drafting is all it costs (at batch 1 and 2,
-      while the choice is plain decoding, such probes keep the period `probe_every` and the
-      whole budget);
+      verify stays with the per-step schedule, and drafting is all it costs (while the choice is
+      plain decoding, such probes keep the period `probe_every` and the whole budget: at batch 1
+      and 2 always, at larger batches while drafting one token could still pay, `_could_draft`);
     - plain steps decided ahead: while the choice is plain decoding, the steps until the next
       refresh of the step times or probe check are decided at once (`_coast`), and draftwise's
       engine takes them without calling the scheduler (`plain_ahead`, `coasted`).
@@ -1005,7 +1005,10 @@ class AdaptiveDraftLength:
             # stayed plain more often (this with session 27's pricing, against session 26's
             # scheduler: +0.9 % ± 0.35 in round 1 over 60 replays in rotated order, the worst 0.90
             # of the best fixed D against 0.85; BENCHMARKS, sessions 27–28)
-            share = self.explore if shadow and free and choice == 0 else self.explore / (1 + self._futile)
+            # Elsewhere (batch 3 and up, or where `_free_pays` says no), while the choice is plain
+            # decoding, they keep that pace as long as D = 1 could still pay (`_could_draft`)
+            keep = shadow and choice == 0 and (free or self._could_draft(batch_size))
+            share = self.explore if keep else self.explore / (1 + self._futile)
             if self._explored + price > share * self._elapsed:
                 # over the exploration budget: wait until it covers this probe (pricing it every
                 # step while waiting cost ~25 µs a step, 0.1 % at batch 16)
@@ -1018,7 +1021,7 @@ class AdaptiveDraftLength:
                 self._probe_choice = choice
                 self._since_probe = 0
                 doubled = min(2 * self._interval, self.max_probe_interval)
-                self._interval = self.probe_every if best > 0 or (shadow and free and choice == 0) else doubled
+                self._interval = self.probe_every if best > 0 or keep else doubled
                 if shadow:      # charged its model price: a step's noise would swamp a drafting cost
                     self._explored += price
                     self._shadow_probe = True
@@ -1031,6 +1034,20 @@ class AdaptiveDraftLength:
         if choice and not free and self._pending > 0.0 and self._remaining:
             choice = self._worth_catching_up(batch_size, choice)
         return choice
+
+    COULD_Z = 1.0       # standard errors above the observed acceptance at which `_could_draft` prices D = 1
+
+    def _could_draft(self, batch_size: int) -> bool:
+        """Whether drafting one token a row could beat plain decoding under acceptance `COULD_Z`
+        standard errors above the observed: while it could, drafting-only probes keep their pace
+        (`_decide_cap`). Acceptance is learned mostly from those probes while the choice is plain
+        decoding, and at batch 4 (prompt lookup, 1k tokens) their period doubled to 256 steps
+        after a few: a first-draft acceptance learned at 0.21 from ~30 drafts (0.32 over the cell)
+        then priced D = 1 at 0.99 of plain decoding where it gains 8 % (a host whose width of 1
+        costs 1.12 plain steps), and adaptive D decoded plain to the end in 6 of 48 replays (4 of
+        8 with the scheduler's own time left out), at 0.92 of D = 1; with this, 0–3 of 48
+        (BENCHMARKS, session 42)."""
+        return self._best_cap(batch_size, 1, self.COULD_Z) > 0
 
     def _worth_catching_up(self, batch_size: int, choice: int) -> int:
         """`choice`, or 0 where what it saves over the rest of the batch does not cover the
