@@ -1721,7 +1721,7 @@ def test_one_dear_step_of_fewer_rows_does_not_set_the_worth_of_a_row_ahead():
     assert abs(sched._phi_beta(4)[0] - 0.4) > 0.05
 
 
-def _level_rows_on_text(sched, steps: int, width_price: float, first: list, seed: int = 0) -> list[tuple]:
+def _four_rows_on_text(sched, steps: int, width_price: float, first: list, seed: int = 0) -> list[tuple]:
     """Prompt lookup at batch 4 as the engine drives it, rows each on a text whose token at
     position p is p: at step s a row's first draft is right with probability first[s] (later ones
     0.5), a step verifying w drafts a row costs 10 ms·(1 + width_price·w), drafting 0.01 ms a token,
@@ -1757,19 +1757,19 @@ def test_at_batch_4_probes_keep_their_pace_while_drafting_could_still_pay():
     drafts were right 3 % of the time, the acceptance learned there stood for hundreds of steps
     after they were right 25 % of the time, and in one run of six the scheduler decoded plain
     where the other five gained 13–15 % by drafting (at batch 4, 1k tokens, replayed: 6 runs in
-    48, at 0.92 of D = 1;
-    BENCHMARKS, session 42). Probes now keep their pace while D = 1 could pay under acceptance
-    one standard error above the observed (`_could_draft`): every run drafts. Where drafting
-    cannot pay (a width of 1 at 1.5 plain steps), the period still doubles."""
+    48, at 0.92 of D = 1; BENCHMARKS, session 42). Probes now keep their pace while D = 1 could
+    pay under acceptance one standard error above the observed (`_could_draft`): every run
+    drafts. Where drafting cannot pay (a width of 1 at 1.5 plain steps), the period still
+    doubles."""
     cheap = lambda N: 1.0 / (0.01 * (1 + 0.1 * (N / 4 - 1)))       # noqa: E731  (the curve: the machine's price)
     first = [0.03] * 100 + [0.25] * 1100
     for seed in range(6):
         sched = _priced(AdaptiveDraftLength(cheap, alpha=0.5, static_batch=False), 1e-5)
-        tail = _level_rows_on_text(sched, 1200, 0.1, first, seed)[600:]
+        tail = _four_rows_on_text(sched, 1200, 0.1, first, seed)[600:]
         assert sum(v > 0 for _, v, _, _ in tail) >= 500, (seed, [v for _, v, _, _ in tail])
         assert sum(n for *_, n, _ in tail) / sum(t for *_, t in tail) > 1.08 * 4 / 0.01, seed
     dear = lambda N: 1.0 / (0.01 * (1 + 0.5 * (N / 4 - 1)))        # noqa: E731
     for seed in range(2):
         sched = _priced(AdaptiveDraftLength(dear, alpha=0.5, static_batch=False), 1e-5)
-        tail = _level_rows_on_text(sched, 1200, 0.5, [0.2] * 1200, seed)[600:]
+        tail = _four_rows_on_text(sched, 1200, 0.5, [0.2] * 1200, seed)[600:]
         assert sum(c > 0 for c, *_ in tail) <= 4, (seed, [c for c, *_ in tail])
