@@ -15,7 +15,13 @@ Two throughputs per configuration, decode tokens over:
   unit's seconds outside its steps as measured (a drafter's start on the batch). This
   machine's speed drifts by ±10 % from one second to the next; pricing a shape once for all
   configurations takes that drift out of the comparison and leaves what a configuration decides:
-  which steps it takes and what its drafting and scheduling cost.
+  which steps it takes and what its drafting and scheduling cost. It also takes out what a
+  scheduler that follows the host gains: a step verified while wide steps were cheap is charged
+  the run's median;
+- unit-priced: as step-priced, but each shape at what the host charged in the step's own unit
+  (the run's median × how dear that unit's plain steps, and its verifying steps, were over every
+  configuration of the unit): the host's stretches of seconds to minutes stay in, its
+  step-to-step noise mostly out.
 Ratios to plain decoding and adaptive / best fixed come with 95 % bootstrap intervals: the rounds
 of each batch of requests are resampled (the workload is fixed; the machine's speed is what varies),
 so they need `--rounds` ≥ 2. With more than two rounds the summary is printed twice: over all
@@ -149,21 +155,47 @@ def ci(values: np.ndarray) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+def rounds_of(units: list[dict]) -> int:
+    """Rounds of the request set a run's units cover (the last maybe in part)."""
+    return 1 + max(u["unit"] for u in units) // (1 + max(u["batch"] for u in units))
+
+
 def after_rounds(units: list[dict], rounds: int) -> list[dict]:
     """The units after the first `rounds` rounds of the request set."""
     per_round = 1 + max(u["batch"] for u in units)
     return [u for u in units if u["unit"] >= rounds * per_round]
 
 
-def shape_prices(units: list[dict]) -> dict[tuple[int, int], float]:
-    """Median target seconds per step shape (rows, verified width), pooled over every
-    configuration and unit: the price `summarise` charges every step of that shape."""
+def shape_prices(units: list[dict], seconds=lambda step: step[2], min_steps: int = 1) -> dict[tuple[int, int], float]:
+    """Median target seconds (or `seconds` of a step record) per step shape (rows, verified width),
+    pooled over every configuration and unit: the price `summarise` charges every step of that shape."""
     by_shape: dict[tuple[int, int], list[float]] = {}
     for u in units:
         for c in u["configs"].values():
-            for rows, width, tt, _, _ in c["steps"]:
-                by_shape.setdefault((rows, width), []).append(tt)
-    return {k: statistics.median(v) for k, v in by_shape.items()}
+            for step in c["steps"]:
+                by_shape.setdefault((step[0], step[1]), []).append(seconds(step))
+    return {k: statistics.median(v) for k, v in by_shape.items() if len(v) >= min_steps}
+
+
+def unit_shape_prices(units: list[dict], seconds=lambda step: step[2], min_steps: int = 1) -> list[dict]:
+    """Per unit: `shape_prices` × how dear the host was in that unit, for plain steps and for steps
+    verifying drafts apart (each the median, over the unit's steps of every configuration, of a
+    step's seconds over its shape's price). The host moves the price of width far more than a plain
+    step's, for stretches of several units (BENCHMARKS, session 43), and every configuration of a
+    unit decodes within seconds of the others. Priced at the run's median instead, a step verified
+    in a cheap unit is charged as if the host had been dear then."""
+    run = shape_prices(units, seconds, min_steps)
+    out = []
+    for u in units:
+        rel: dict[bool, list[float]] = {False: [], True: []}
+        for c in u["configs"].values():
+            for step in c["steps"]:
+                if (step[0], step[1]) in run:
+                    rel[step[1] > 0].append(seconds(step) / run[step[0], step[1]])
+        plain = statistics.median(rel[False]) if rel[False] else 1.0
+        wide = statistics.median(rel[True]) if rel[True] else plain
+        out.append({k: v * (wide if k[1] else plain) for k, v in run.items()})
+    return out
 
 
 def outside(config: dict) -> float:
@@ -182,6 +214,8 @@ def summarise(units: list[dict], label: str, skip_rounds: int = 0) -> dict:
     wall = np.array([[u["configs"][n]["seconds"] for n in names] for u in units])
     priced = np.array([[sum(price[(r, w)] + td + to for r, w, _, td, to in u["configs"][n]["steps"]) + outside(u["configs"][n])
                         for n in names] for u in units])
+    unit_priced = np.array([[sum(up[(r, w)] + td + to for r, w, _, td, to in u["configs"][n]["steps"]) + outside(u["configs"][n])
+                             for n in names] for u, up in zip(units, unit_shape_prices(units))])
     # the request set is fixed, what varies is the machine (and adaptive D's choices): resample the
     # rounds of each batch of requests, so the interval is about this workload, not another sample
     rng = np.random.default_rng(0)
@@ -191,7 +225,7 @@ def summarise(units: list[dict], label: str, skip_rounds: int = 0) -> dict:
     fixed = [k for k, n in enumerate(names) if n not in ("adaptive", "versus")]
     a = names.index("adaptive")
     v = names.index("versus") if "versus" in names else None
-    for est, sec in (("wall", wall), ("step_priced", priced)):
+    for est, sec in (("wall", wall), ("step_priced", priced), ("unit_priced", unit_priced)):
         tps = tok.sum(0) / sec.sum(0)                                       # [configs]
         boot = tok[idx].sum(1) / sec[idx].sum(1)                           # [reps, configs]
         best = max(fixed, key=lambda k: tps[k])
@@ -227,8 +261,7 @@ def table(root: Path) -> str:
         st = json.loads((d / "setting.json").read_text())
         units = load_units(d / "units.jsonl")
         rep = summarise(units, d.name)
-        rounds = 1 + max(u["unit"] for u in units) // (1 + max(u["batch"] for u in units))
-        warm = summarise(units, d.name, skip_rounds=1) if rounds > 2 else None
+        warm = summarise(units, d.name, skip_rounds=1) if rounds_of(units) > 2 else None
         a = rep["configs"]["adaptive"]
         g = lambda r: with_interval(r, "adaptive_over_versus_step_priced") if "adaptive_over_versus_step_priced" in r else "–"  # noqa: E731
         rows.append(f"| {st['drafter'].split(':')[0]} | {st['dataset'].split('-')[-1]} | {st['batch_size']} | "
@@ -420,6 +453,8 @@ def main() -> None:
                     help="print, per configuration of the run DIR, its steps and seconds by the rows left in the batch")
     ap.add_argument("--pool", default=None, metavar="DIR", nargs="+",
                     help="print each of these runs of one cell and all of them as one, after round 1")
+    ap.add_argument("--summary", default=None, metavar="DIR",
+                    help="print the summary of the run in DIR again (with every estimate this version computes)")
     args = ap.parse_args()
     if args.pool:
         print(pool([Path(d) for d in args.pool]))
@@ -442,25 +477,43 @@ def main() -> None:
     if args.costs:
         print(costs(Path(args.costs)))
         return
+    if args.summary:
+        folder = Path(args.summary)
+        st = json.loads((folder / "setting.json").read_text())
+        units = load_units(folder / "units.jsonl")
+        print(report(units, f"{st['drafter']}, {st['dataset']}, batch {st['batch_size']}", rounds_of(units),
+                     st["batch_size"], st["max_new_tokens"])[1])
+        return
     label = f"{args.drafter}, {args.dataset}, batch {args.batch_size}"
-    units = run(args)
-    reps = {"all": summarise(units, label)}
-    if args.rounds > 2:
-        reps["after_round_1"] = summarise(units, label, skip_rounds=1)
-    for which, rep in reps.items():
-        print(f"{label}: {rep['units']} units of {args.batch_size} × {args.max_new_tokens} tokens ({which.replace('_', ' ')})")
-        for n, r in rep["configs"].items():
-            print(f"  {n:9s} wall ×{r['wall_over_plain']:.3f} {r['wall_over_plain_ci']}  "
-                  f"step-priced ×{r['step_priced_over_plain']:.3f} {r['step_priced_over_plain_ci']}  "
-                  f"steps {r['steps']:5d}  verifying {r['verifying']:5d}  median ms target/drafter/other {r['median_ms']}")
-        for est in ("wall", "step_priced"):
-            print(f"  adaptive / best fixed ({rep['best_fixed_' + est]}), {est.replace('_', '-')}: "
-                  f"{rep['adaptive_over_best_fixed_' + est]:.3f} {rep['adaptive_over_best_fixed_' + est + '_ci']}")
-            if "adaptive_over_versus_" + est in rep:
-                print(f"  adaptive / versus, {est.replace('_', '-')}: "
-                      f"{rep['adaptive_over_versus_' + est]:.3f} {rep['adaptive_over_versus_' + est + '_ci']}")
+    reps, text = report(run(args), label, args.rounds, args.batch_size, args.max_new_tokens)
+    print(text)
     if args.out:
         (Path(args.out) / "summary.json").write_text(json.dumps(reps, indent=1))
+
+
+ESTIMATES = ("wall", "step_priced", "unit_priced")
+
+
+def report(units: list[dict], label: str, rounds: int, batch_size: int, max_new: int) -> tuple[dict, str]:
+    """The summaries of a run (over all rounds, and after the first where there are more than two)
+    and their printout."""
+    reps = {"all": summarise(units, label)}
+    if rounds > 2:
+        reps["after_round_1"] = summarise(units, label, skip_rounds=1)
+    lines = []
+    for which, rep in reps.items():
+        lines.append(f"{label}: {rep['units']} units of {batch_size} × {max_new} tokens ({which.replace('_', ' ')})")
+        for n, r in rep["configs"].items():
+            lines.append(f"  {n:9s} " + "  ".join(f"{est.replace('_', '-')} ×{r[est + '_over_plain']:.3f} {r[est + '_over_plain_ci']}"
+                                                  for est in ESTIMATES)
+                         + f"  steps {r['steps']:5d}  verifying {r['verifying']:5d}  median ms target/drafter/other {r['median_ms']}")
+        for est in ESTIMATES:
+            lines.append(f"  adaptive / best fixed ({rep['best_fixed_' + est]}), {est.replace('_', '-')}: "
+                         f"{rep['adaptive_over_best_fixed_' + est]:.3f} {rep['adaptive_over_best_fixed_' + est + '_ci']}")
+            if "adaptive_over_versus_" + est in rep:
+                lines.append(f"  adaptive / versus, {est.replace('_', '-')}: "
+                             f"{rep['adaptive_over_versus_' + est]:.3f} {rep['adaptive_over_versus_' + est + '_ci']}")
+    return reps, "\n".join(lines)
 
 
 if __name__ == "__main__":

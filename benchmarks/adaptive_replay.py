@@ -40,7 +40,10 @@ them as the host of BENCHMARKS.md does (`benchmarks/host_state.py`): a second ta
 other state, entered and left every `--dwell` replayed seconds on average (BENCHMARKS, session
 41: `benchmarks/results/replay_prices_s41/` holds the two states of one run). A scheduler
 that can be told the state (`set_host_state`: `--versus benchmarks/host_oracle.py`) is told it
-before every decision.
+before every decision. `--times-units` moves them as the host of one `adaptive_ab.py` run moved
+them, unit by unit; with `--python 2.5` that reproduced the run's unit-priced ratios within 0.8 %
+a run, where `--python 1` was three times too kind to a scheduler that verifies more
+(BENCHMARKS, session 43).
 """
 import argparse
 import itertools
@@ -62,7 +65,7 @@ from draftwise.planner.adaptive import AdaptiveDraftLength
 from draftwise.planner.cost import CostModel
 from draftwise.types import Proposal
 
-from adaptive_ab import scheduler_class
+from adaptive_ab import load_units, scheduler_class, unit_shape_prices
 
 
 class Table(list):
@@ -97,12 +100,18 @@ class Prices:
     the same stretches for every configuration of a seed."""
 
     def __init__(self, curve, measured: dict | None = None, jitter: float = 0.0, seed: int = 0,
-                 other: dict | None = None, dwell: float = 2.0):
+                 other: dict | None = None, dwell: float = 2.0, units: list[dict] | None = None):
         self.curve, self.measured = curve, measured or {}     # curve: rows → steps/s by tokens
+        self.units = units
         self.jitter, self.rng = jitter, random.Random(seed)
         self.tables, self.state, self.clock = [self.measured, other], 0, 0.0
         self.flips, self.dwell = random.Random(seed + 7919), dwell
         self.next_flip = self.flips.expovariate(1.0 / dwell) if other else math.inf
+
+    def enter_unit(self, k: int) -> None:
+        """With `units` (`unit_prices`): the host as it was in the k-th unit of the run measured."""
+        if self.units:
+            self.tables[0] = self.units[k % len(self.units)]
 
     def _prior(self, rows: int, width: int) -> float:
         return 1.0 / self.curve(rows)(rows * (1 + width)) + 0.5e-3     # + the step's bookkeeping
@@ -149,6 +158,12 @@ def measured_prices(path: Path, min_steps: int = 5, dataset: str = "", batch_siz
                 for rows, width, t_target, _t_drafter, t_other in cfg["steps"]:
                     seen.setdefault((rows, width), []).append(t_target + t_other)
     return {k: median(v) for k, v in seen.items() if len(v) >= min_steps}
+
+
+def unit_prices(path: Path) -> list[dict]:
+    """Per unit of an `adaptive_ab.py` run, in the order it ran: its step prices besides drafting
+    (`measured_prices`' seconds) as that unit's host charged them (`unit_shape_prices`)."""
+    return unit_shape_prices(load_units(path), seconds=lambda step: step[2] + step[4], min_steps=5)
 
 
 DRAFT_SECONDS = (0.15e-3, 0.005e-3)   # prompt lookup per step and per drafted token (--draft-seconds)
@@ -309,6 +324,9 @@ def main() -> None:
     ap.add_argument("--times-other", default=None, metavar="UNITS_JSONL",
                     help="a second price table (as --times reads it): the host's other state, which the replay "
                          "enters and leaves every --dwell seconds of decoding on average")
+    ap.add_argument("--times-units", default=None, metavar="UNITS_JSONL",
+                    help="move the prices as the host moved them in an adaptive_ab.py run: its units.jsonl's medians, "
+                         "each batch decoded at how dear the host was in the unit that decoded it there (unit_prices)")
     ap.add_argument("--dwell", type=float, default=2.0, metavar="SECONDS",
                     help="mean replayed seconds in one state of the host with --times-other (a run of adaptive_ab.py "
                          "decodes each configuration about a sixth of its wall-clock time, and the host of "
@@ -375,6 +393,16 @@ def main() -> None:
     seeds = range(args.seeds) if args.seeds else [args.seed]
     other = measured_prices(Path(args.times_other), dataset=args.dataset, batch_size=args.batch_size[0]) \
         if args.times_other else None
+    units = None
+    if args.times_units:
+        if args.times_other or len(args.batch_size) > 1:
+            raise SystemExit("--times-units moves one run's host for one --batch-size; leave out --times-other "
+                             "and give one batch size")
+        units = unit_prices(Path(args.times_units))
+        batches = args.rounds * math.ceil(min(args.requests, len(prompts)) / args.batch_size[0])
+        if len(units) != batches:
+            print(f"  (--times-units: {len(units)} units where the replay decodes {batches} batches: "
+                  f"batch k is priced as unit k mod {len(units)})")
     keys: dict = {}       # (seed, scheduler class) → the drafter object a carried scheduler is kept under
     for seed, B in itertools.product(seeds, args.batch_size):
         prompts, table, measured = by_batch[B]
@@ -388,14 +416,14 @@ def main() -> None:
                 key = keys.setdefault((seed, cls), object()) if args.carry else object()
                 sched = dw.api._adaptive_scheduler(tgt, args.adaptive, prompts[:B], D, key, args.max_new_tokens,
                                                    scheduler_cls=cls)
-            prices = Prices(cost, measured, args.jitter, seed=seed * 1000 + B, other=other, dwell=args.dwell)
+            prices = Prices(cost, measured, args.jitter, seed=seed * 1000 + B, other=other, dwell=args.dwell,
+                            units=units)
             tok = sec = st = ver = 0
-            for r in range(args.rounds):
-                for i in range(0, requests, B):
-                    t, s, n, v = decode(table, order[i:i + B], args.max_new_tokens, D,
-                                        prices, sched)
-                    if r >= args.warm_rounds:
-                        tok, sec, st, ver = tok + t, sec + s, st + n, ver + v
+            for k, (r, i) in enumerate(itertools.product(range(args.rounds), range(0, requests, B))):
+                prices.enter_unit(k)
+                t, s, n, v = decode(table, order[i:i + B], args.max_new_tokens, D, prices, sched)
+                if r >= args.warm_rounds:
+                    tok, sec, st, ver = tok + t, sec + s, st + n, ver + v
             return (tok / sec, st, ver), sched
         base = run(0)[0][0]
         cells = [(f"D={D}", run(D)[0]) for D in range(1, args.D + 1)]
