@@ -97,7 +97,8 @@ class Prices:
     """Step seconds per (rows, width): measured medians where given, else the scheduler's prior.
     With `other`, a second table: the host's other state (`benchmarks/host_state.py`), entered and
     left after exponentially distributed stretches of `dwell` seconds of the replayed decoding,
-    the same stretches for every configuration of a seed."""
+    the same stretches for every configuration of a seed. With `units` (`unit_prices`), one table
+    per unit of a run, the replay entering the k-th as it decodes its k-th batch (`enter_unit`)."""
 
     def __init__(self, curve, measured: dict | None = None, jitter: float = 0.0, seed: int = 0,
                  other: dict | None = None, dwell: float = 2.0, units: list[dict] | None = None):
