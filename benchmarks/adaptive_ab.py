@@ -30,7 +30,8 @@ Run it on a quiet machine: another process on the cores distorts every time.
 
 `--pool DIR DIR …` reads repeated runs of one cell (each a fresh process) and prints each run's
 adaptive / best fixed D and all of them as one, after round 1: where the host changes speed for
-minutes at a time, one run's interval does not cover the next run's.
+minutes at a time, one run's interval does not cover the next run's. `DIR:versus` pools a run's
+versus configuration as its adaptive D (a run where the kept scheduler was the versus).
 
 `--versus PATH` adds a configuration "versus": adaptive D with the `AdaptiveDraftLength` of another
 version of `planner/adaptive.py` (e.g. `git show REV:src/draftwise/planner/adaptive.py > old.py`),
@@ -271,35 +272,56 @@ def table(root: Path) -> str:
     return "\n".join(rows)
 
 
-def pool(folders: list[Path]) -> str:
+def pool(runs_given: list[str]) -> str:
     """Repeated runs of one cell (the same requests, each run a fresh process whose scheduler learns
     from nothing), after round 1 of each: every run's adaptive / best fixed D, and all of them as
     one run. On a host whose speed for wide steps changes for minutes at a time, one run's interval
     covers the drift within it, not from one run to the next (BENCHMARKS, session 36: 0.985 and
-    1.039 of D = 3 twenty minutes apart); the runs together are the cell's expectation. The pooled
-    interval resamples the rounds of each batch of requests across every run."""
+    1.039 of D = 3 twenty minutes apart); the runs together are the cell's expectation, and their
+    best fixed D is the one fixed D best across the runs — what a user configures ahead, not each
+    run's choice in hindsight. The pooled interval resamples the rounds of each batch of requests
+    across every run.
+
+    A run given as DIR:CONFIG has its configuration CONFIG stand for adaptive D (e.g. `versus`,
+    where the kept scheduler ran as the versus of a candidate), its own adaptive left out."""
+    given = [(Path(path), config or "adaptive") for path, _, config in (g.partition(":") for g in runs_given)]
+    folders = [d for d, _ in given]
     cell = ("target", "drafter", "dataset", "batch_size", "requests", "D", "max_new_tokens")
     settings = {d.name: {k: json.loads((d / "setting.json").read_text()).get(k) for k in cell} for d in folders}
     if len({json.dumps(v, sort_keys=True) for v in settings.values()}) > 1:
         raise SystemExit(f"--pool needs runs of one cell (the same {', '.join(cell)}); these differ: {settings}")
     runs = [(d.name, after_rounds(load_units(d / "units.jsonl"), 1)) for d in folders]
+    stands = [config for _, config in given]
     if any(not us for _, us in runs):
         raise SystemExit(f"--pool reads the rounds after the first; these runs have none: "
                          f"{[name for name, us in runs if not us]} (run them with --rounds 3 or more)")
+    missing = [f"{name}:{config} (it has {', '.join(sorted(us[0]['configs']))})"
+               for (name, us), config in zip(runs, stands) if config not in us[0]["configs"]]
+    if missing:
+        raise SystemExit(f"--pool: no such configuration in {'; '.join(missing)}")
+    runs = [(name, [dict(u, configs=renamed(u["configs"], config)) for u in us]) for (name, us), config in zip(runs, stands)]
     # the configurations every run has: a run's "versus", or a fixed D only some ran, is left out
     common = set.intersection(*(set(us[0]["configs"]) for _, us in runs))
     runs = [(name, [dict(u, configs={n: c for n, c in u["configs"].items() if n in common}) for u in us])
             for name, us in runs]
-    lines = ["| run | units | adaptive / best fixed, step-priced | wall |", "|---|---|---|---|"]
+    lines = ["| run | units | adaptive / best fixed, unit-priced | step-priced | wall |", "|---|---|---|---|---|"]
     for name, units in runs + [("all runs", [u for _, us in runs for u in us])]:
         rep = summarise(units, name)
-        lines.append(f"| {name} | {rep['units']} | {over_best_fixed(rep, 'step_priced')} ({rep['best_fixed_step_priced']}) | "
+        lines.append(f"| {name} | {rep['units']} | {over_best_fixed(rep, 'unit_priced')} ({rep['best_fixed_unit_priced']}) | "
+                     f"{over_best_fixed(rep, 'step_priced')} ({rep['best_fixed_step_priced']}) | "
                      f"{over_best_fixed(rep, 'wall')} ({rep['best_fixed_wall']}) |")
     return "\n".join(lines)
 
 
+def renamed(configs: dict, adaptive: str) -> dict:
+    """A unit's configurations with `adaptive` standing for adaptive D (`pool`)."""
+    if adaptive == "adaptive":
+        return configs
+    return {("adaptive" if n == adaptive else n): c for n, c in configs.items() if n != "adaptive"}
+
+
 def over_best_fixed(rep: dict, est: str) -> str:
-    """A summary's adaptive / best fixed D by `est` ("wall", "step_priced"), with its interval."""
+    """A summary's adaptive / best fixed D by `est` ("wall", "step_priced", "unit_priced"), with its interval."""
     return with_interval(rep, "adaptive_over_best_fixed_" + est)
 
 
@@ -451,13 +473,14 @@ def main() -> None:
                          "each configuration's plain steps and of its steps verifying drafts")
     ap.add_argument("--rows", default=None, metavar="DIR",
                     help="print, per configuration of the run DIR, its steps and seconds by the rows left in the batch")
-    ap.add_argument("--pool", default=None, metavar="DIR", nargs="+",
-                    help="print each of these runs of one cell and all of them as one, after round 1")
+    ap.add_argument("--pool", default=None, metavar="DIR[:CONFIG]", nargs="+",
+                    help="print each of these runs of one cell and all of them as one, after round 1; "
+                         "DIR:CONFIG has that run's configuration CONFIG stand for adaptive D")
     ap.add_argument("--summary", default=None, metavar="DIR",
                     help="print the summary of the run in DIR again (with every estimate this version computes)")
     args = ap.parse_args()
     if args.pool:
-        print(pool([Path(d) for d in args.pool]))
+        print(pool(args.pool))
         return
     if args.rows:
         print(by_rows(Path(args.rows)))
