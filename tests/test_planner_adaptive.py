@@ -1693,7 +1693,7 @@ def test_at_batch_1_decisions_are_kept_until_the_statistics_change():
     lookup at batch 1 gains as in `test_at_batch_1_rare_strong_proposals_keep_prompt_lookup_drafting`."""
     prior = lambda N: 1 / (0.010 * (1 + 0.2 * (N - 1)))  # noqa: E731
     sched = AdaptiveDraftLength(prior, alpha=0.7)
-    sched._best = _CountingDict(lambda k: k == (1, 8, 0.0))
+    sched._best = _CountingDict(lambda k: k == (1, 8, 0.0, 0.0))
     sched._shape_best = _CountingDict(lambda k: True)
     steps = _lookup_at_batch_1(sched, 1000, strong=0.04, seed=0)
     refreshes = 32 + (256 - 32) / 8 + (1000 - 256) / 32 + 512 / 16 + (1000 - 512) / 64
@@ -1773,3 +1773,36 @@ def test_at_batch_4_probes_keep_their_pace_while_drafting_could_still_pay():
         sched = _priced(AdaptiveDraftLength(dear, alpha=0.5, static_batch=False), 1e-5)
         tail = _four_rows_on_text(sched, 1200, 0.5, [0.2] * 1200, seed)[600:]
         assert sum(c > 0 for c, *_ in tail) <= 4, (seed, [c for c, *_ in tail])
+
+
+def test_a_width_timed_in_few_steps_is_priced_optimistically_where_optimism_is_asked():
+    """A width's price rests on the steps timed at it, and a step's time on this CPU scatters by
+    ~15 %: optimistic on acceptance alone, a width of 1 timed dear in the first verifying steps made
+    drafting look unable to pay even optimistically (`_could_draft`), and prompt lookup at batch 4
+    decoded plain to the end in 12–18 of 48 replays of a host where D = 1 gained 8 % (2 of 48
+    with the price optimistic too; BENCHMARKS, session 44). Under optimism
+    (`price_z` = z) a width is priced z·STEP_SD/√(steps timed + prior) cheaper in log, so the
+    premium shrinks as the width is timed, never below a plain step; plain decoding's value stays."""
+    import math
+    curve = lambda N: 1.0 / (0.01 * (1 + 0.1 * (N / 4 - 1)))       # noqa: E731
+    sched = _priced(AdaptiveDraftLength(curve, alpha=0.2, static_batch=False, probe_every=10 ** 6), 1e-5)
+    sched.clock = lambda: 0.0
+    for _ in range(20):
+        sched.observe([0] * 4, [0] * 4, target_seconds=0.010)          # plain steps: the speed of the moment
+    premiums = []
+    for _ in range(40):
+        sched.observe([1] * 4, [0] * 4, target_seconds=0.013)          # a width of 1 timed at 1.3 plain steps
+        sched._best.clear()
+        real, opt = sched.draft_values(4, 1), sched.draft_values(4, 1, 0.0, price_z=1.0)
+        assert opt[0] == pytest.approx(real[0])
+        premiums.append(opt[1] / real[1])
+        k = sched.SHAPE_PRIOR + sched.WIDTH_PRIOR
+        n = sched._timed_widths(4)[1][0]
+        # (drafting, 0.1 % of a step here, keeps its price)
+        assert opt[1] / real[1] == pytest.approx(math.exp(sched.STEP_SD / math.sqrt(n + k)), rel=2e-3)
+    assert premiums[0] > 1.05 and premiums[-1] < 1.025 and premiums == sorted(premiums, reverse=True)
+    # never cheaper than a plain step: a width priced at a plain step stays one under any optimism
+    flat = _priced(AdaptiveDraftLength(lambda N: 100.0, alpha=0.2, static_batch=False), 0.0)
+    flat.clock = lambda: 0.0
+    values = flat.draft_values(4, 1, 0.0, price_z=3.0)
+    assert values[1] / values[0] == pytest.approx(1.2, rel=1e-3)

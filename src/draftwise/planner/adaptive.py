@@ -772,30 +772,35 @@ class AdaptiveDraftLength:
             return 1.0 / t
         return sps
 
-    def _step_time(self, batch_size: int) -> Callable[[int], float]:
+    def _step_time(self, batch_size: int, price_z: float = 0.0) -> Callable[[int], float]:
         """Expected seconds of a step that offers every row D drafts: drafting, then verifying
-        B·(1 + D) tokens unless no row proposes (probability (1 − r)^B), then B tokens."""
+        B·(1 + D) tokens unless no row proposes (probability (1 − r)^B), then B tokens; with
+        `price_z`, each width priced that many errors cheaper (`_optimistic_width`)."""
         draft_time = self._draft_cost()
         share = verify_share(self.proposal_rate(), batch_size)
         plain = self.target_time(batch_size, 0)
-        return lambda D: (share * self.target_time(batch_size, D) + (1 - share) * plain + draft_time(D)) if D else plain
+        width = self._optimistic_width(batch_size, price_z) if price_z > 0 else \
+            (lambda D: self.target_time(batch_size, D))
+        return lambda D: (share * width(D) + (1 - share) * plain + draft_time(D)) if D else plain
 
-    def _best_cap(self, batch_size: int, max_draft: int, z: float = 0.0) -> int:
-        key = (batch_size, max_draft, z)
+    def _best_cap(self, batch_size: int, max_draft: int, z: float = 0.0, price_z: float = 0.0) -> int:
+        key = (batch_size, max_draft, z, price_z)
         if key in self._best:       # nothing observed since: the same answer
             return self._best[key]
         best, best_v = 0, 0.0
-        for D, v in enumerate(self.draft_values(batch_size, max_draft, z)):
+        for D, v in enumerate(self.draft_values(batch_size, max_draft, z, price_z)):
             if v > best_v * (1 + 1e-9):
                 best, best_v = D, v
         self._best[key] = best
         return best
 
-    def draft_values(self, batch_size: int, max_draft: int, z: float = 0.0) -> list[float]:
+    def draft_values(self, batch_size: int, max_draft: int, z: float = 0.0, price_z: float = 0.0) -> list[float]:
         """Per D = 0 … `max_draft`, a step's expected worth (in tokens of a row, `static_worth`)
-        per second, from the acceptance per position learned (z standard errors above) — what
-        `draft_cap` maximises where drafting is not free."""
-        step = self._step_time(batch_size)
+        per second, from the acceptance per position learned (z standard errors above) and each
+        width's price (`price_z` errors below, `_optimistic_width`) — what `draft_cap` maximises
+        where drafting is not free."""
+        # (`adaptive_replay.py --explain` calls this on older versions' schedulers too)
+        step = self._step_time(batch_size, price_z) if price_z else self._step_time(batch_size)
         # a static batch, per row and plain step (`static_worth`): every row's draft is worth φ,
         # and β/B more where the rows at the back all accept it — the rows that accept least, whose
         # acceptance is learned apart. Counting every row alike, prompt lookup at batch 4 verified
@@ -814,6 +819,28 @@ class AdaptiveDraftLength:
                 E += phi * surv + back * surv_lag
             values.append(E / step(D))
         return values
+
+    STEP_SD = 0.15      # sd of the log of one step's time on this CPU (`_slope`)
+
+    def _optimistic_width(self, batch_size: int, z: float) -> Callable[[int], float]:
+        """`target_time` with each width's price z standard errors cheaper, for `_could_draft`:
+        the price of a width is learned from the steps timed at it (and the curve's, worth
+        `SHAPE_PRIOR` + `WIDTH_PRIOR` of them), each off by ~`STEP_SD` in log. Optimistic on
+        acceptance alone, a width of 1 timed at 1.21 plain steps in the first verifying steps,
+        where the host charged 1.14, made D = 1 look unable to pay even optimistically;
+        drafting-only probes lost their pace, and prompt lookup at batch 4 decoded plain to the
+        end in 12–18 of 48 replays of a host where D = 1 gained 8 %; with this, 2 of 48 (+0.5 ±
+        0.4 % there, −0.1 % on a host that stays dear and on eighteen real hosts' replays;
+        BENCHMARKS, session 44). Never below a plain step; the drafter's own price is not the
+        width's and stays: discounted with it, a drafter whose drafts were never accepted went
+        on being probed."""
+        timed, plain = self._timed_widths(batch_size), self.target_time(batch_size, 0)
+        k = self.SHAPE_PRIOR + self.WIDTH_PRIOR
+
+        def width(D: int) -> float:
+            n = timed.get(D, (0.0, 0.0))[0]
+            return max(plain, self.target_time(batch_size, D) * math.exp(-z * self.STEP_SD / math.sqrt(n + k)))
+        return width
 
     def draft_cap(self, batch_size: int, max_draft: int, remaining: Optional[Sequence[int]] = None,
                   catch_up: float = 0.0, rows: Optional[Sequence] = None) -> int:
@@ -1039,7 +1066,8 @@ class AdaptiveDraftLength:
 
     def _could_draft(self, batch_size: int) -> bool:
         """Whether drafting one token a row could beat plain decoding under acceptance `COULD_Z`
-        standard errors above the observed: while it could, drafting-only probes keep their pace
+        standard errors above the observed and a width of 1 as many below its price
+        (`_optimistic_width`): while it could, drafting-only probes keep their pace
         (`_decide_cap`). Acceptance is learned mostly from those probes while the choice is plain
         decoding, and at batch 4 (prompt lookup, 1k tokens) their period doubled to 256 steps
         after a few: a first-draft acceptance learned at 0.21 from ~30 drafts (0.32 over the cell)
@@ -1047,7 +1075,7 @@ class AdaptiveDraftLength:
         costs 1.12 plain steps), and adaptive D decoded plain to the end in 6 of 48 replays (4 of
         8 with the scheduler's own time left out), at 0.92 of D = 1; with this, 0–3 of 48
         (BENCHMARKS, session 42)."""
-        return self._best_cap(batch_size, 1, self.COULD_Z) > 0
+        return self._best_cap(batch_size, 1, self.COULD_Z, self.COULD_Z) > 0
 
     def _worth_catching_up(self, batch_size: int, choice: int) -> int:
         """`choice`, or 0 where what it saves over the rest of the batch does not cover the
