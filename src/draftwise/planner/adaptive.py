@@ -827,7 +827,7 @@ class AdaptiveDraftLength:
         the price of a width is learned from the steps timed at it (and the curve's, worth
         `SHAPE_PRIOR` + `WIDTH_PRIOR` of them), each off by ~`STEP_SD` in log. Optimistic on
         acceptance alone, a width of 1 timed at 1.21 plain steps in the first verifying steps,
-        where the host charged 1.14, made D = 1 look unable to pay even optimistically;
+        where the host charged ~1.12, made D = 1 look unable to pay even optimistically;
         drafting-only probes lost their pace, and prompt lookup at batch 4 decoded plain to the
         end in 12–18 of 48 replays of a host where D = 1 gained 8 %; with this, 2 of 48 (+0.5 ±
         0.4 % there, −0.1 % on a host that stays dear and on eighteen real hosts' replays;
