@@ -284,14 +284,13 @@ def pool(runs_given: list[str]) -> str:
 
     A run given as DIR:CONFIG has its configuration CONFIG stand for adaptive D (e.g. `versus`,
     where the kept scheduler ran as the versus of a candidate), its own adaptive left out."""
-    given = [(Path(path), config or "adaptive") for path, _, config in (g.partition(":") for g in runs_given)]
-    folders = [d for d, _ in given]
+    split = [g.partition(":") for g in runs_given]
+    folders, stands = [Path(path) for path, _, _ in split], [config or "adaptive" for _, _, config in split]
     cell = ("target", "drafter", "dataset", "batch_size", "requests", "D", "max_new_tokens")
     settings = {d.name: {k: json.loads((d / "setting.json").read_text()).get(k) for k in cell} for d in folders}
     if len({json.dumps(v, sort_keys=True) for v in settings.values()}) > 1:
         raise SystemExit(f"--pool needs runs of one cell (the same {', '.join(cell)}); these differ: {settings}")
     runs = [(d.name, after_rounds(load_units(d / "units.jsonl"), 1)) for d in folders]
-    stands = [config for _, config in given]
     if any(not us for _, us in runs):
         raise SystemExit(f"--pool reads the rounds after the first; these runs have none: "
                          f"{[name for name, us in runs if not us]} (run them with --rounds 3 or more)")
