@@ -207,8 +207,9 @@ def decode(table, batch: list[int], max_new: int, D: int, prices: Prices, sched=
                 conf = torch.tensor([[prior(m + j) if m else 0.0 for j in range(width)] for m, *_ in rows]).reshape(n, width)
                 drafts = torch.tensor([(c[:k] + [-1] * width)[:width] for (*_, c), k in zip(rows, made)]).reshape(n, width)
                 prop = Proposal(tokens=drafts, num_tokens=torch.tensor(made), confidence=conf)
-                t0 = time.perf_counter()
-                k = [min(a, b) for a, b in zip(made, sched(prop).tolist())]
+                t0 = time.perf_counter()      # as the engine asks: a list where the scheduler gives one
+                picked = sched.counts(prop) if hasattr(sched, "counts") else sched(prop).tolist()
+                k = [min(a, b) for a, b in zip(made, picked)]
                 py += time.perf_counter() - t0
             draft_s = DRAFT_SECONDS[0] + DRAFT_SECONDS[1] * width + PYTHON * py
         else:
@@ -478,9 +479,9 @@ def verify_all(D: int):
             self._probing, self._coast_b, self._coast_left = False, None, 0
             return D
 
-        def __call__(self, proposal):
-            super().__call__(proposal)
-            return proposal.num_tokens.clone()
+        def counts(self, proposal):
+            super().counts(proposal)
+            return proposal.num_tokens.tolist()
     return VerifyAll
 
 

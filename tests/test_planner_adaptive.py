@@ -463,6 +463,49 @@ def test_a_static_batch_step_is_worth_what_it_takes_off_plain_decoding(data):
             assert model <= expect + 1e-12
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_written_out_small_batch_schedule_is_the_composed_one_to_the_bit(data):
+    """`_rows_width` (every drafting step at batch 2–8) writes out `_calibrate_rows`, `_row_scale`,
+    `static_worth`, `_gains_rows` and `_argmax_width` for speed; it must give the same width, the
+    same saving where drafting is free (`_note_saving`) and the same calibrated confidences,
+    exactly, for any learned state: rows of different lengths, rows behind with β > 0, row and
+    age factors, a calibration far from its prior."""
+    from draftwise.planner.adaptive import _argmax_width, _gains_rows
+    B, D = data.draw(st.integers(2, 6)), data.draw(st.integers(1, 8))
+    sched = AdaptiveDraftLength(lambda N: 1.0 / (0.01 + 0.0004 * N ** data.draw(st.floats(0.5, 1.5))),
+                                probe_every=10 ** 6, learn=data.draw(st.booleans()))
+    remaining = data.draw(st.lists(st.integers(0, 40), min_size=B, max_size=B))
+    ids = list(range(100, 100 + B))
+    young = data.draw(st.booleans())
+    sched.draft_cap(B, D, remaining=remaining if young or data.draw(st.booleans()) else None,
+                    rows=ids if data.draw(st.booleans()) else None)
+    unit = st.floats(0.0, 1.0)
+    for p in range(sched.MAX_POS):
+        for b in range(sched.BINS):
+            n = data.draw(st.floats(0.0, 50.0))
+            sched._bin_n[p][b], sched._bin_acc[p][b] = n, n * data.draw(unit)
+    for i in sched._row_fit:
+        e = sched._row_fit[i]
+        e[0] = data.draw(st.floats(0.0, 30.0))
+        e[1] = e[0] * data.draw(st.floats(0.0, 2.0))
+    for a in (True, False):
+        x = data.draw(st.floats(0.0, 100.0))
+        sched._age_fit[a] = [x, x * data.draw(st.floats(0.0, 2.0))]
+    sched._phis[B] = (data.draw(unit), data.draw(st.floats(0.0, 3.0)))
+    raw = [data.draw(st.lists(unit, min_size=0, max_size=D)) for _ in range(B)]
+    if not any(raw):
+        raw[0] = [data.draw(unit)]
+    cal, opt = sched._calibrate_rows(raw), sched._calibrate_rows(raw, sched.FREE_Z)
+    lens, worth, scale, times = [len(r) for r in raw], sched.static_worth(B), sched._row_scale(B), sched._width_times(B, D)
+    width = _argmax_width(*_gains_rows(cal, lens, worth, scale), times)
+    saved = _argmax_width(*_gains_rows(opt, lens, worth, scale), times, saved=True)[1]
+    assert sched._rows_width(raw, B, D) == (width, 0.0)
+    assert sched._cal == cal
+    assert sched._rows_width(raw, B, D, sched.FREE_Z) == (width, saved)
+    assert sched._cal == cal
+
+
 def test_the_choice_of_d_follows_the_rows_behind():
     """Batch 2: the row ahead has every draft accepted, the row behind none. Counting both alike
     says draft; a static batch ends with the row behind, so the choice is not to draft."""

@@ -247,7 +247,8 @@ def _gains_rows(cal: list, valid: list, worth: Optional[StaticWorth] = None,
     """(τ, gain per draft position) of `_argmax_width` for calibrated confidences on lists, for a
     small batch (a few dozen (row, position) pairs, where a dozen numpy calls cost ~30 µs a
     step); a row may be shorter than the block (cut to what it proposed); `scale` as in
-    `_best_width`."""
+    `_best_width`. The per-step schedule runs it written out, calibration and factors included
+    (`AdaptiveDraftLength._rows_width`, checked against this to the bit)."""
     lens = [min(v, len(row)) for row, v in zip(cal, valid)]
     top = max(lens, default=0)
     if top <= 0:
@@ -866,23 +867,29 @@ class AdaptiveDraftLength:
         self._remaining = None if remaining is None else list(remaining)
         top = max(self._remaining, default=0) if remaining is not None else 0
         self._lagging = None if remaining is None else [r >= top for r in self._remaining]
-        self._row_ids = None if rows is None else list(rows)
-        if rows is not None and len(self._row_fit) > len(self._row_ids):    # rows done: forget them
-            self._row_fit = {i: self._row_fit[i] for i in self._row_ids if i in self._row_fit}
-        if rows is not None and (len(self._row_ids) > 1 or self.sees_emitted):   # rows sharing a step get a factor,
-            # and every row where its unverified drafts are seen too (`_shadow`): a factor that
-            # locks a row into verifying nothing is then corrected by the drafts it leaves
-            for i in self._row_ids:
-                self._row_fit.setdefault(i, [0.0, 0.0, None])
+        ids = self._row_ids = None if rows is None else list(rows)
         self._young_rows = None
-        if rows is not None and remaining is not None and len(self._remaining) == len(self._row_ids):
-            young = []
-            for i, m in zip(self._row_ids, self._remaining):
-                e = self._row_fit.get(i)
-                if e is not None and e[2] is None:
-                    e[2] = m
-                young.append(None if e is None else e[2] - m < self.YOUNG)
-            self._young_rows = young
+        if ids is not None:
+            fit = self._row_fit
+            if len(fit) > len(ids):    # rows done: forget them
+                fit = self._row_fit = {i: fit[i] for i in ids if i in fit}
+            # rows sharing a step get a factor, and every row where its unverified drafts are seen
+            # too (`_shadow`): a factor that locks a row into verifying nothing is then corrected
+            # by the drafts it leaves
+            add = len(ids) > 1 or self.sees_emitted
+            if remaining is not None and len(self._remaining) == len(ids):
+                young, Y = [], self.YOUNG
+                for i, m in zip(ids, self._remaining):
+                    e = fit.get(i)
+                    if e is None and add:
+                        e = fit[i] = [0.0, 0.0, None]
+                    if e is not None and e[2] is None:
+                        e[2] = m
+                    young.append(None if e is None else e[2] - m < Y)
+                self._young_rows = young
+            elif add:
+                for i in ids:
+                    fit.setdefault(i, [0.0, 0.0, None])
         self._pending = float(catch_up)
         if not self.learn or max_draft <= 0:
             return max_draft
@@ -890,7 +897,8 @@ class AdaptiveDraftLength:
             max_draft = min(max_draft, self.max_tokens)
         cap = self._decide_cap(batch_size, max_draft)
         self._full = batch_size == 1 and cap == max_draft
-        self._free_step = batch_size > 1 and cap == max_draft and not self._probing
+        # (its saving is read by `_free_pays`, at batch 2 only)
+        self._free_step = 1 < batch_size <= self.FREE_ROWS and cap == max_draft and not self._probing
         if cap == 0 and not self._probing and self.skips_idle:
             self._coast(batch_size)
         return cap
@@ -1420,11 +1428,22 @@ class AdaptiveDraftLength:
             cal = self._calibrate_rows(rows)     # as decided on: before this step's verdict is learned
         if ids is not None:
             self._fit_rows(ids, cal, ver, acc)
+        bin_n, bin_acc, K = self._bin_n, self._bin_acc, self.BINS
         for r, conf in enumerate(rows):
             a = acc[r]
             behind = lagging is None or lagging[r]
             for j in range(min(ver[r], a + 1, P, len(conf))):     # positions reached and verified
-                self._tally(j, conf[j], 1.0 if j < a else 0.0, behind)
+                # `_tally`, written out: it runs for every draft verified
+                y, b = 1.0 if j < a else 0.0, int(conf[j] * K)
+                if b >= K:
+                    b = K - 1
+                pos_n[j] += 1.0
+                pos_acc[j] += y
+                bin_n[j][b] += 1.0
+                bin_acc[j][b] += y
+                if behind:
+                    lag_n[j] += 1.0
+                    lag_acc[j] += y
             if left[r] and r not in made_now:     # (drafts `_shadow` follows are observed as they come)
                 # proposed, reached, and left unverified by the per-step schedule: counted at the
                 # acceptance calibrated for them. Left out, the acceptance per position was learned
@@ -1572,7 +1591,7 @@ class AdaptiveDraftLength:
     def _fit_rows(self, ids: list, cal: list, ver: list, acc: list) -> None:
         """Per row (`ids`) that has shared a step with another (`draft_cap`), the drafts it accepted
         against those its calibrated confidences `cal` expected, for `_row_scale`."""
-        fit = self._row_fit
+        fit, ys, K = self._row_fit, self._young_rows, self.ROW_PRIOR
         for r, (i, row, v, a) in enumerate(zip(ids, cal, ver, acc)):
             e = fit.get(i)
             if e is None or v <= 0:
@@ -1581,11 +1600,14 @@ class AdaptiveDraftLength:
             for j in range(min(v, len(row))):
                 surv *= row[j]
                 expect += surv
-            young = self._young(r)
-            e[0] += expect * self._age_factor(young)
-            e[1] += a
-            if young is not None:
+            young = ys[r] if ys is not None and r < len(ys) else None     # `_young`
+            if young is None:
+                e[0] += expect
+                e[1] += a
+            else:
                 pool = self._age_fit[young]
+                e[0] += expect * ((pool[1] + K) / (pool[0] + K))       # `_age_factor`
+                e[1] += a
                 pool[0] += expect
                 pool[1] += a
 
@@ -1720,7 +1742,7 @@ class AdaptiveDraftLength:
         fits = [self._row_fit.get(i) for i in ids] if ids is not None and len(ids) == len(made) else [None] * len(made)
         for r, (v, m) in enumerate(zip(ver, made)):
             if v < m:
-                conf = [float(c) for c in raw[r][v:m]]
+                conf = raw[r][v:m] if isinstance(raw, list) else [float(c) for c in raw[r][v:m]]
                 cal = (self._cal[r] if self._cal is not None else self._calibrate_rows([list(raw[r][:m])])[0])[v:m] \
                     if fits[r] is not None else None
                 young = self._young(r)
@@ -1760,12 +1782,10 @@ class AdaptiveDraftLength:
                 cal = self._cal = self._calibrate_rows(raw)
                 w = _best_width_row(cal[0], self._width_times(1, D), 1.0 if scale is None else scale[0])
             else:
-                cal = self._cal = self._calibrate_rows(raw)
-                times, worth, scale = self._width_times(B, D), self.static_worth(B), self._row_scale(B)
-                w = _argmax_width(*_gains_rows(cal, proposed, worth, scale), times)
-                if self._free_step:     # what verifying could save, acceptance FREE_Z errors above
-                    opt = self._calibrate_rows(raw, self.FREE_Z)
-                    self._note_saving(B, _argmax_width(*_gains_rows(opt, proposed, worth, scale), times, saved=True)[1])
+                # with what verifying could save, acceptance FREE_Z errors above, where drafting is free
+                w, saved = self._rows_width(raw, B, D, self.FREE_Z if self._free_step else 0.0)
+                if self._free_step:
+                    self._note_saving(B, saved)
             return proposed if w >= max(proposed) else [min(p, w) for p in proposed]
         raw = self._raw = _unit(_as_np(conf))
         if self._full:
@@ -1780,6 +1800,86 @@ class AdaptiveDraftLength:
         w = _best_width(self._calibrate(raw), proposed, self._width_times(B, D), worth=self.static_worth(B),
                         scale=self._row_scale(B))
         return [min(p, w) for p in proposed]
+
+    def _rows_width(self, raw: list, B: int, D: int, z: float = 0.0) -> tuple[int, float]:
+        """(width, saving) for a small batch of B ≥ 2 rows, each cut to what it proposed: the width
+        to verify from `_calibrate_rows`, `_row_scale`, `static_worth`, `_gains_rows` and
+        `_argmax_width`, written out as one pass with the same arithmetic in the same order (the
+        same answer to the bit, tests/test_planner_adaptive.py), and with z > 0 the seconds the
+        schedule could save at acceptance z errors above (`_note_saving`), else 0; sets `_cal`.
+        It runs on every drafting step, where the composed calls cost ~16 µs and, on caches the
+        forward left cold, ~2.5 times that: 0.4 % of a plain step at batch 4, 1k tokens
+        (BENCHMARKS, session 45)."""
+        times = self._times.get(B)
+        if times is None or D >= len(times):
+            times = self._width_times(B, D)
+        # `static_worth`
+        rem, phi, beta, back, n = self._remaining, 1.0, 0.0, None, 0
+        if self.static_batch and rem is not None and len(rem) == B:
+            phi, beta = self._phis.get(B) or self._phi_beta(B)
+            if beta > 0:
+                top = max(rem)
+                back = self._lagging
+                n = top - max((m for m in rem if m < top), default=0)
+        # `_row_scale`
+        ids, ys = self._row_ids, self._young_rows
+        scaled = ids is not None and len(ids) == B
+        if scaled:
+            fit, K = self._row_fit, self.ROW_PRIOR
+            if ys is not None:
+                ages = {a: (e[1] + K) / (e[0] + K) for a, e in self._age_fit.items()}
+        learn = self.learn
+        acc, cnt, wt, KB, P = self._bin_acc, self._bin_n, self.prior_weight, self.BINS, self.MAX_POS
+        width = max(map(len, raw))
+        n = min(n, width)
+        gain, both = [0.0] * width, [1.0] * n if back is not None else None
+        gain_z, both_z = ([0.0] * width, [1.0] * n if back is not None else None) if z else (None, None)
+        cal = []
+        for r, row in enumerate(raw):
+            k = 1.0
+            if scaled:
+                e = fit.get(ids[r])
+                if e is not None:
+                    young = ys[r] if ys is not None and r < len(ys) else None
+                    k = round(32.0 * (1.0 if young is None else ages[young]) * (e[1] + K) / (e[0] + K)) / 32.0
+            out, surv, surv_z, lag = [], 1.0, 1.0, both is not None and back[r]
+            for j, c in enumerate(row):
+                o = c
+                if learn:       # `_calibrate_rows`
+                    p = j if j < P else P - 1
+                    b = int(c * KB)
+                    if b >= KB:
+                        b = KB - 1
+                    m = cnt[p][b] + wt
+                    c = (acc[p][b] + wt * c) / m
+                    if z:
+                        o = min(1.0, c + z * math.sqrt(c * (1.0 - c) / m))
+                out.append(c)
+                surv *= c
+                reach = surv if k == 1.0 else k * surv if k * surv < 1.0 else 1.0
+                gain[j] += phi * reach
+                if lag and j < n:
+                    both[j] *= reach
+                if z:
+                    surv_z *= o
+                    reach = surv_z if k == 1.0 else k * surv_z if k * surv_z < 1.0 else 1.0
+                    gain_z[j] += phi * reach
+                    if lag and j < n:
+                        both_z[j] *= reach
+            cal.append(out)
+            if lag:
+                for j in range(len(out), n):
+                    both[j] = 0.0
+                    if z:
+                        both_z[j] = 0.0
+        if both is not None:
+            for j in range(n):
+                gain[j] += beta * both[j]
+                if z:
+                    gain_z[j] += beta * both_z[j]
+        self._cal = cal
+        return _argmax_width(float(B), gain, times), \
+            _argmax_width(float(B), gain_z, times, saved=True)[1] if z else 0.0
 
 
 def measure_sps_curve(runner, batch_size: int, context_length: int, max_tokens: int = 16,
