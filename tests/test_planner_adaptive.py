@@ -434,16 +434,16 @@ def test_a_static_batch_step_is_worth_what_it_takes_off_plain_decoding(data):
     lower bound beyond it). The weights up to 409cf22 (1 for the last row, φ for the others)
     fail this: they price a plain step at 1 + (B − 1)·φ, not B."""
     import itertools
-    from draftwise.planner.adaptive import _gains_rows
     B, D = data.draw(st.integers(2, 4)), data.draw(st.integers(1, 3))
     f, dlt = data.draw(st.floats(0.002, 0.02)), data.draw(st.floats(0.0002, 0.005))
     t = lambda k: f + k * dlt if k else 0.0                        # noqa: E731
-    sched = AdaptiveDraftLength(sps_for_batch=lambda b: (lambda N: 1.0 / t(b)), probe_every=10 ** 6)
+    # learn=False: the confidences given are the calibrated ones (`_rows_gains` calibrates nothing)
+    sched = AdaptiveDraftLength(sps_for_batch=lambda b: (lambda N: 1.0 / t(b)), probe_every=10 ** 6, learn=False)
     remaining = data.draw(st.lists(st.integers(D, 12), min_size=B, max_size=B))   # drafts each may still take
     cal = [data.draw(st.lists(st.floats(0.0, 1.0), min_size=D, max_size=D)) for _ in range(B)]
     sched.draft_cap(B, D, remaining=remaining)
     worth = sched.static_worth(B)
-    tau, gain = _gains_rows(cal, [D] * B, worth)
+    tau, (gain, _) = float(B), sched._rows_gains(cal, B)
     cost = lambda n: sum(t(sum(x >= m for x in n)) for m in range(1, max(n) + 1))  # noqa: E731
     for w in range(D + 1):
         expect = 0.0
@@ -463,15 +463,43 @@ def test_a_static_batch_step_is_worth_what_it_takes_off_plain_decoding(data):
             assert model <= expect + 1e-12
 
 
+def _composed_gains(cal: list, valid: list, worth=None, scale=None) -> tuple[float, list]:
+    """(τ, gain per draft position) of the per-step schedule as it was composed up to 76558cc
+    (`_gains_rows`), from rows already calibrated (`_calibrate_rows`), `static_worth` and
+    `_row_scale`: the reference `_rows_gains` writes out."""
+    lens = [min(v, len(row)) for row, v in zip(cal, valid)]
+    top = max(lens, default=0)
+    if top <= 0:
+        return float(len(cal)), []
+    phi = 1.0 if worth is None else worth.phi
+    gain, survs = [0.0] * top, []
+    for r, (row, v) in enumerate(zip(cal, lens)):
+        surv, k, reach = 1.0, 1.0 if scale is None else scale[r], []
+        for j in range(v):
+            surv *= row[j]
+            reach.append(surv if k == 1.0 else min(1.0, k * surv))
+            gain[j] += phi * reach[j]
+        survs.append(reach)
+    if worth is not None and worth.beta > 0:
+        n = min(worth.gap, top)
+        both = [1.0] * n
+        for r in worth.back:
+            reach = survs[r]
+            for j in range(n):
+                both[j] *= reach[j] if j < len(reach) else 0.0
+        for j in range(n):
+            gain[j] += worth.beta * both[j]
+    return float(len(cal)), gain
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_the_written_out_small_batch_schedule_is_the_composed_one_to_the_bit(data):
-    """`_rows_width` (every drafting step at batch 2–8) writes out `_calibrate_rows`, `_row_scale`,
-    `static_worth`, `_gains_rows` and `_argmax_width` for speed; it must give the same width, the
-    same saving where drafting is free (`_note_saving`) and the same calibrated confidences,
-    exactly, for any learned state: rows of different lengths, rows behind with β > 0, row and
-    age factors, a calibration far from its prior."""
-    from draftwise.planner.adaptive import _argmax_width, _gains_rows
+    """`_rows_gains` (every drafting step at batch 2–8) writes out `_calibrate_rows`, `_row_scale`,
+    `static_worth` and the gains for speed; it must give the same gains, the same gains at
+    acceptance one error up where drafting is free (`_note_saving`), and the same calibrated
+    confidences, exactly, for any learned state: rows of different lengths, rows behind with
+    β > 0, row and age factors, a calibration far from its prior."""
     B, D = data.draw(st.integers(2, 6)), data.draw(st.integers(1, 8))
     sched = AdaptiveDraftLength(lambda N: 1.0 / (0.01 + 0.0004 * N ** data.draw(st.floats(0.5, 1.5))),
                                 probe_every=10 ** 6, learn=data.draw(st.booleans()))
@@ -497,12 +525,11 @@ def test_the_written_out_small_batch_schedule_is_the_composed_one_to_the_bit(dat
     if not any(raw):
         raw[0] = [data.draw(unit)]
     cal, opt = sched._calibrate_rows(raw), sched._calibrate_rows(raw, sched.FREE_Z)
-    lens, worth, scale, times = [len(r) for r in raw], sched.static_worth(B), sched._row_scale(B), sched._width_times(B, D)
-    width = _argmax_width(*_gains_rows(cal, lens, worth, scale), times)
-    saved = _argmax_width(*_gains_rows(opt, lens, worth, scale), times, saved=True)[1]
-    assert sched._rows_width(raw, B, D) == (width, 0.0)
+    lens, worth, scale = [len(r) for r in raw], sched.static_worth(B), sched._row_scale(B)
+    gain, gain_z = _composed_gains(cal, lens, worth, scale)[1], _composed_gains(opt, lens, worth, scale)[1]
+    assert sched._rows_gains(raw, B) == (gain, None)
     assert sched._cal == cal
-    assert sched._rows_width(raw, B, D, sched.FREE_Z) == (width, saved)
+    assert sched._rows_gains(raw, B, sched.FREE_Z) == (gain, gain_z)
     assert sched._cal == cal
 
 

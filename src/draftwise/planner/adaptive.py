@@ -242,38 +242,6 @@ def _best_width_row(cal: list, times: list, k: float = 1.0) -> int:
     return w
 
 
-def _gains_rows(cal: list, valid: list, worth: Optional[StaticWorth] = None,
-                scale: Optional[Sequence[float]] = None) -> tuple[float, list]:
-    """(τ, gain per draft position) of `_argmax_width` for calibrated confidences on lists, for a
-    small batch (a few dozen (row, position) pairs, where a dozen numpy calls cost ~30 µs a
-    step); a row may be shorter than the block (cut to what it proposed); `scale` as in
-    `_best_width`. The per-step schedule runs it written out, calibration and factors included
-    (`AdaptiveDraftLength._rows_width`, checked against this to the bit)."""
-    lens = [min(v, len(row)) for row, v in zip(cal, valid)]
-    top = max(lens, default=0)
-    if top <= 0:
-        return float(len(cal)), []
-    phi = 1.0 if worth is None else worth.phi
-    gain, survs = [0.0] * top, []
-    for r, (row, v) in enumerate(zip(cal, lens)):
-        surv, k, reach = 1.0, 1.0 if scale is None else scale[r], []
-        for j in range(v):
-            surv *= row[j]
-            reach.append(surv if k == 1.0 else min(1.0, k * surv))
-            gain[j] += phi * reach[j]
-        survs.append(reach)     # the row's chance of reaching each position, for the rows behind
-    if worth is not None and worth.beta > 0:
-        n = min(worth.gap, top)
-        both = [1.0] * n
-        for r in worth.back:
-            reach = survs[r]
-            for j in range(n):
-                both[j] *= reach[j] if j < len(reach) else 0.0
-        for j in range(n):
-            gain[j] += worth.beta * both[j]
-    return float(len(cal)), gain
-
-
 def expected_throughput(confidence: torch.Tensor, lengths: torch.Tensor, sps: SPSLike) -> float:
     """Θ = τ*·SPS(N) for given per-row lengths (for tests and reports)."""
     sps_fn = _as_sps(sps)
@@ -1783,9 +1751,11 @@ class AdaptiveDraftLength:
                 w = _best_width_row(cal[0], self._width_times(1, D), 1.0 if scale is None else scale[0])
             else:
                 # with what verifying could save, acceptance FREE_Z errors above, where drafting is free
-                w, saved = self._rows_width(raw, B, D, self.FREE_Z if self._free_step else 0.0)
+                gain, gain_z = self._rows_gains(raw, B, self.FREE_Z if self._free_step else 0.0)
+                times = self._width_times(B, D)
+                w = _argmax_width(float(B), gain, times)
                 if self._free_step:
-                    self._note_saving(B, saved)
+                    self._note_saving(B, _argmax_width(float(B), gain_z, times, saved=True)[1])
             return proposed if w >= max(proposed) else [min(p, w) for p in proposed]
         raw = self._raw = _unit(_as_np(conf))
         if self._full:
@@ -1801,18 +1771,17 @@ class AdaptiveDraftLength:
                         scale=self._row_scale(B))
         return [min(p, w) for p in proposed]
 
-    def _rows_width(self, raw: list, B: int, D: int, z: float = 0.0) -> tuple[int, float]:
-        """(width, saving) for a small batch of B ≥ 2 rows, each cut to what it proposed: the width
-        to verify from `_calibrate_rows`, `_row_scale`, `static_worth`, `_gains_rows` and
-        `_argmax_width`, written out as one pass with the same arithmetic in the same order (the
-        same answer to the bit, tests/test_planner_adaptive.py), and with z > 0 the seconds the
-        schedule could save at acceptance z errors above (`_note_saving`), else 0; sets `_cal`.
-        It runs on every drafting step, where the composed calls cost ~16 µs and, on caches the
-        forward left cold, ~2.5 times that: 0.4 % of a plain step at batch 4, 1k tokens
-        (BENCHMARKS, session 45)."""
-        times = self._times.get(B)
-        if times is None or D >= len(times):
-            times = self._width_times(B, D)
+    def _rows_gains(self, raw: list, B: int, z: float = 0.0) -> tuple[list, Optional[list]]:
+        """The per-step schedule's gain per draft position (`_argmax_width`'s, τ = B) for a small
+        batch of B ≥ 2 rows, each cut to what it proposed, in one pass: each row's drafts
+        calibrated (`_calibrate_rows`), its chance of reaching each position scaled by its factor
+        (`_row_scale`), each summed at what it is worth to a static batch (`static_worth`: φ a
+        draft, β more for a position every row at the back accepts, within the first `gap`);
+        with z > 0 also the gains at acceptance z errors above (`_note_saving`), else None.
+        Sets `_cal`. Composed of those calls it cost ~16 µs a drafting step, and on caches the
+        forward left cold ~2.5 times that: 0.4 % of a plain step at batch 4, 1k tokens
+        (BENCHMARKS, session 45; tests/test_planner_adaptive.py holds the composition it
+        matches to the bit)."""
         # `static_worth`
         rem, phi, beta, back, n = self._remaining, 1.0, 0.0, None, 0
         if self.static_batch and rem is not None and len(rem) == B:
@@ -1878,8 +1847,7 @@ class AdaptiveDraftLength:
                 if z:
                     gain_z[j] += beta * both_z[j]
         self._cal = cal
-        return _argmax_width(float(B), gain, times), \
-            _argmax_width(float(B), gain_z, times, saved=True)[1] if z else 0.0
+        return gain, gain_z
 
 
 def measure_sps_curve(runner, batch_size: int, context_length: int, max_tokens: int = 16,
