@@ -505,8 +505,7 @@ def test_the_written_out_small_batch_schedule_is_the_composed_one_to_the_bit(dat
                                 probe_every=10 ** 6, learn=data.draw(st.booleans()))
     remaining = data.draw(st.lists(st.integers(0, 40), min_size=B, max_size=B))
     ids = list(range(100, 100 + B))
-    young = data.draw(st.booleans())
-    sched.draft_cap(B, D, remaining=remaining if young or data.draw(st.booleans()) else None,
+    sched.draft_cap(B, D, remaining=remaining if data.draw(st.booleans()) else None,
                     rows=ids if data.draw(st.booleans()) else None)
     unit = st.floats(0.0, 1.0)
     for p in range(sched.MAX_POS):
